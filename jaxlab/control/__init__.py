@@ -1,0 +1,1 @@
+"""Control: neural event-triggered control (``neural_etc``)."""

@@ -1,0 +1,1 @@
+"""Federated learning: clustered FL (``fedgwc``) and certified evaluation (``robust_dkw``)."""

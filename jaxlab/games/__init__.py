@@ -1,0 +1,1 @@
+"""Games: auctions (approximate best response gradient) and convex Markov games."""

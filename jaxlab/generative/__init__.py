@@ -1,0 +1,1 @@
+"""Generative models: one-step GAN fine-tuning, spatial reasoning models, Orthus."""

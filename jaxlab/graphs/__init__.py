@@ -1,0 +1,1 @@
+"""Graphs: LLM-BP inference on text-attributed graphs (``llm_bp``)."""

@@ -1,0 +1,1 @@
+"""Language: retrieval heads, SFT vs RL (``general_points``), CogFunSearch, TRUST-VLM."""

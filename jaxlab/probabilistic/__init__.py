@@ -1,0 +1,1 @@
+"""Probabilistic models: GP-prior VAE (``gp_vae``), multi-view probabilistic slots."""

@@ -1,0 +1,1 @@
+"""Reinforcement learning: selective state-adaptive regularisation for offline RL (``ssar``)."""

@@ -1,0 +1,1 @@
+"""Statistical tests: conditional mean independence (``cmi_test``)."""

@@ -1,0 +1,1 @@
+"""Vision: FlexiReID mixture of experts (``flexireid``) and visual memory (``visual_memory``)."""
