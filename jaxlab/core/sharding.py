@@ -52,6 +52,7 @@ __all__ = [
     "batch_sharding",
     "batch_size",
     "check_divisible",
+    "constrain_batch",
     "data_mesh",
     "pad_batch",
     "replicate",
@@ -163,6 +164,30 @@ def shard_batch(
 def replicate(tree: PyTree, mesh: Mesh) -> PyTree:
     """Place every leaf of ``tree`` whole on every device of ``mesh`` (``P()``)."""
     return jax.device_put(tree, replicated_sharding(mesh))
+
+
+def constrain_batch(
+    tree: PyTree, mesh: Mesh | None, *, axis: int = 0, axis_name: str = DATA_AXIS
+) -> PyTree:
+    """Inside jitted code: ask XLA to split axis ``axis`` of every leaf across ``mesh``.
+
+    ``jax.lax.with_sharding_constraint`` with ``P(None, ..., axis_name)`` (the mesh axis at
+    position ``axis``); XLA partitions the surrounding computation to match, so per-sample work
+    (e.g. a kernel sum over a market sample) runs on each device's slice. Under ``vmap`` the
+    mapped axis is left unsharded. ``mesh=None`` returns ``tree`` unchanged (one code path for
+    sharded and unsharded runs). The axis size must be a multiple of the device count.
+    """
+    if mesh is None:
+        return tree
+    n = _n_shards(mesh, axis_name)
+
+    def constrain(x):
+        if x.shape[axis] % n:
+            check_divisible(x.shape[axis], mesh, f"axis {axis}", axis_name)
+        spec = P(*([None] * axis), axis_name)
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+
+    return jax.tree_util.tree_map(constrain, tree)
 
 
 def pad_batch(tree: PyTree, multiple: int) -> tuple[PyTree, jax.Array]:

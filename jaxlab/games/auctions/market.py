@@ -1,0 +1,141 @@
+"""Market-price estimates at the bids: Gaussian KDE of ``G, g, g'`` and the smoothed (SM) market.
+
+Both are means over ``S`` market samples for each of ``B`` bids, ``O(B S)`` work. The sample axis
+is processed in chunks of ``chunk_size`` inside a ``lax.scan`` so peak memory is ``O(B chunk)``,
+not ``O(B S)``; a last partial chunk is padded and masked, so any ``S`` works.
+
+Gaussian KDE with bandwidth ``h`` on market samples ``m_1..m_S``, with ``z_j = (b - m_j) / h``:
+
+.. math::
+    \\hat G(b) = \\frac1S \\sum_j \\Phi(z_j), \\quad
+    \\hat g(b) = \\frac1S \\sum_j \\frac{\\varphi(z_j)}{h}, \\quad
+    \\hat g'(b) = \\frac1S \\sum_j -\\frac{z_j}{h} \\frac{\\varphi(z_j)}{h}
+
+(``g'`` is exactly the derivative of ``g``; ``G`` is nondecreasing and ``g >= 0`` by construction).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from jaxlab.games.auctions.mechanisms import check_mechanism, smoothed_ex_post_utility
+
+__all__ = ["chunked_sample_mean", "kde_market_stats", "smoothed_derivatives"]
+
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def chunked_sample_mean(fn: Callable[[Any, jax.Array], Any], samples: Any, chunk_size: int) -> Any:
+    """``(1/S) sum_j fn``, accumulated over chunks of the sample axis.
+
+    Args:
+      fn: ``fn(chunk, mask) -> pytree of sums`` over one chunk; ``chunk`` has the leaves of
+        ``samples`` cut to ``[K]`` and ``mask: [K]`` (float) zeroes padded entries.
+      samples: pytree of ``[S]`` arrays (the sample axis first).
+      chunk_size: ``K``, the most samples evaluated at once.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}.")
+    leaves = jax.tree_util.tree_leaves(samples)
+    n = leaves[0].shape[0]
+    k = min(chunk_size, n)
+    n_chunks = -(-n // k)
+    pad = n_chunks * k - n
+    mask = jnp.arange(n_chunks * k) < n
+
+    def to_chunks(x):
+        x = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
+        return x.reshape((n_chunks, k) + x.shape[1:])
+
+    chunks = jax.tree_util.tree_map(to_chunks, samples)
+    mask = mask.reshape(n_chunks, k).astype(leaves[0].dtype)
+    if n_chunks == 1:
+        total = fn(jax.tree_util.tree_map(lambda c: c[0], chunks), mask[0])
+    else:
+        first = jax.eval_shape(fn, jax.tree_util.tree_map(lambda c: c[0], chunks), mask[0])
+        zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), first)
+
+        def body(acc, xs):
+            part = fn(*xs)
+            return jax.tree_util.tree_map(jnp.add, acc, part), None
+
+        total, _ = jax.lax.scan(body, zeros, (chunks, mask))
+    return jax.tree_util.tree_map(lambda t: t / n, total)
+
+
+def kde_market_stats(
+    bids: jax.Array, market: jax.Array, bandwidth: float, chunk_size: int = 2048
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Gaussian-KDE estimates of the market CDF, density and density slope at each bid.
+
+    Args:
+      bids: ``[B]`` points to evaluate at.
+      market: ``[S]`` market-price samples (highest other bid), treated as constants.
+      bandwidth: kernel width ``h > 0``.
+      chunk_size: market samples per chunk (memory ``O(B chunk_size)``).
+
+    Returns:
+      ``(G, g, dg)``, each ``[B]``.
+    """
+    if bids.ndim != 1 or market.ndim != 1:
+        raise ValueError(
+            f"`bids` and `market` must be 1-D, got shapes {bids.shape} and {market.shape}."
+        )
+    if not bandwidth > 0:
+        raise ValueError(f"`bandwidth` must be > 0, got {bandwidth}.")
+    market = jax.lax.stop_gradient(market)
+
+    def sums(m, mask):
+        z = (bids[:, None] - m[None, :]) / bandwidth  # [B, K]
+        phi = jnp.exp(-0.5 * z * z) * (_INV_SQRT_2PI / bandwidth)
+        cdf = 0.5 * (1.0 + jax.lax.erf(z * (1.0 / math.sqrt(2.0))))
+        return (cdf @ mask, phi @ mask, (-z * phi) @ mask / bandwidth)
+
+    return chunked_sample_mean(sums, market, chunk_size)
+
+
+def smoothed_derivatives(
+    mechanism: str,
+    bids: jax.Array,
+    values: jax.Array,
+    soft_max_others: jax.Array,
+    max_others: jax.Array,
+    temperature: float,
+    risk_aversion: float = 1.0,
+    chunk_size: int = 2048,
+) -> tuple[jax.Array, jax.Array]:
+    """``u'`` and ``u''`` of the softmax-smoothed interim utility, by autodiff, per bid.
+
+    Args:
+      bids, values: ``[B]``.
+      soft_max_others, max_others: ``[S]`` per market sample (see
+        :func:`~jaxlab.games.auctions.mechanisms.smoothed_ex_post_utility`).
+      temperature: softmax temperature ``T > 0``.
+
+    Returns:
+      ``(u1, u2)``, each ``[B]``.
+    """
+    check_mechanism(mechanism, risk_aversion)
+    if not temperature > 0:
+        raise ValueError(f"`temperature` must be > 0, got {temperature}.")
+
+    def sums(market, mask):
+        soft, hard = market
+
+        def total(b, v):
+            ex_post = smoothed_ex_post_utility(
+                mechanism, b, v, soft, hard, temperature, risk_aversion
+            )
+            return jnp.sum(ex_post * mask)
+
+        d1 = jax.grad(total)
+        d2 = jax.grad(d1)
+        return jax.vmap(d1)(bids, values), jax.vmap(d2)(bids, values)
+
+    market = jax.lax.stop_gradient((soft_max_others, max_others))
+    return chunked_sample_mean(sums, market, chunk_size)

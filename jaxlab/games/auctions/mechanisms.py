@@ -1,0 +1,163 @@
+"""Single-item auction mechanisms: interim utilities and their closed-form bid derivatives.
+
+A bidder with value ``v`` bids ``b`` against the market price ``m`` (the highest other bid), whose
+CDF, density and density derivative at ``b`` are ``G, g, g'``. Payoffs ``z`` pass through the CRRA
+utility ``U(z) = z^rho`` for ``z > 0`` and ``U(z) = z`` for ``z <= 0`` (``rho = 1``: risk neutral):
+
+- first price (``"fp"``):  ``u(b; v) = U(v - b) G(b)``
+- second price (``"sp"``): ``u(b; v) = int_0^b U(v - m) g(m) dm``
+- all-pay (``"allpay"``):  ``u(b; v) = G(b) U(v - b) + (1 - G(b)) U(-b)``
+
+Differentiating the interim utility (Leibniz rule), with ``z = v - b`` and ``U, U', U''`` at ``z``:
+
+- FP:      ``u' = U g - U' G``;                 ``u'' = U g' - 2 U' g + U'' G``
+- SP:      ``u' = U g``;                        ``u'' = U g' - U' g``
+- all-pay: ``u' = g (U + b) - U' G - (1 - G)``;  ``u'' = g' (U + b) + 2 g (1 - U') + U'' G``
+
+(all-pay uses ``U(-b) = -b`` for ``b >= 0``). With ``rho = 1`` these are the risk-neutral forms,
+e.g. FP ``u' = (v - b) g - G``, ``u'' = (v - b) g' - 2 g``; for ``rho < 1`` and ``v > b`` FP gives
+``u' = (v-b)^rho g - rho (v-b)^(rho-1) G``, the spec's risk-averse formula.
+
+References: Huang et al., "Learning Bayesian Nash Equilibrium in Auction Games via Approximate
+Best Response", ICML 2025, Sec. 4 (analytic gradient).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+MECHANISMS = ("fp", "sp", "allpay")
+
+__all__ = [
+    "MECHANISMS",
+    "check_mechanism",
+    "crra",
+    "interim_derivatives",
+    "interim_utility",
+    "smoothed_ex_post_utility",
+]
+
+
+def check_mechanism(mechanism: str, risk_aversion: float = 1.0) -> None:
+    """Raise ``ValueError`` naming the argument for an unknown mechanism or a bad CRRA ``rho``."""
+    if mechanism not in MECHANISMS:
+        raise ValueError(f"`mechanism` must be one of {MECHANISMS}, got {mechanism!r}.")
+    if not 0.0 < risk_aversion <= 1.0:
+        raise ValueError(f"`risk_aversion` (CRRA rho) must be in (0, 1], got {risk_aversion}.")
+
+
+def crra(z: jax.Array, rho: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """CRRA utility of a payoff and its first two derivatives: ``(U(z), U'(z), U''(z))``.
+
+    ``U(z) = z^rho`` for ``z > 0`` and ``z`` for ``z <= 0``; ``rho = 1`` is risk neutral.
+    """
+    if rho == 1.0:
+        return z, jnp.ones_like(z), jnp.zeros_like(z)
+    positive = z > 0
+    zp = jnp.where(positive, z, 1.0)  # keeps the unused branch finite (no inf * 0 in where)
+    u = jnp.where(positive, zp**rho, z)
+    du = jnp.where(positive, rho * zp ** (rho - 1.0), 1.0)
+    d2u = jnp.where(positive, rho * (rho - 1.0) * zp ** (rho - 2.0), 0.0)
+    return u, du, d2u
+
+
+def interim_derivatives(
+    mechanism: str,
+    bids: jax.Array,
+    values: jax.Array,
+    cdf: jax.Array,
+    pdf: jax.Array,
+    dpdf: jax.Array,
+    risk_aversion: float = 1.0,
+) -> tuple[jax.Array, jax.Array]:
+    """Closed-form ``u'(b; v)`` and ``u''(b; v)`` given the market ``G, g, g'`` at the bids.
+
+    Args:
+      mechanism: ``"fp"``, ``"sp"`` or ``"allpay"`` (static).
+      bids, values: ``[...]`` bids ``b`` and values ``v`` (same shape).
+      cdf, pdf, dpdf: ``G(b), g(b), g'(b)``, shaped like ``bids``.
+      risk_aversion: CRRA ``rho`` in (0, 1] (static); 1 is risk neutral.
+
+    Returns:
+      ``(u1, u2)``, each shaped like ``bids``.
+    """
+    check_mechanism(mechanism, risk_aversion)
+    u, du, d2u = crra(values - bids, risk_aversion)
+    if mechanism == "fp":
+        return u * pdf - du * cdf, u * dpdf - 2.0 * du * pdf + d2u * cdf
+    if mechanism == "sp":
+        return u * pdf, u * dpdf - du * pdf
+    # all-pay: losing costs the bid, U(-b) = -b for b >= 0
+    return (
+        pdf * (u + bids) - du * cdf - (1.0 - cdf),
+        dpdf * (u + bids) + 2.0 * pdf * (1.0 - du) + d2u * cdf,
+    )
+
+
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(128)
+
+
+def interim_utility(
+    mechanism: str,
+    bid: jax.Array,
+    value: jax.Array,
+    market_cdf: Callable[[jax.Array], jax.Array],
+    market_pdf: Callable[[jax.Array], jax.Array],
+    risk_aversion: float = 1.0,
+) -> jax.Array:
+    """Exact interim utility ``u(b; v)`` for a known market distribution (scalar ``b``, ``v``).
+
+    The SP integral ``int_0^b U(v - m) g(m) dm`` uses 128-point Gauss-Legendre quadrature on
+    ``[0, b]`` (accurate for smooth integrands; differentiable in ``b`` and ``v``). Used to check
+    :func:`interim_derivatives` against ``jax.grad`` and to evaluate strategies exactly.
+    """
+    check_mechanism(mechanism, risk_aversion)
+    U = lambda z: crra(z, risk_aversion)[0]
+    if mechanism == "fp":
+        return U(value - bid) * market_cdf(bid)
+    if mechanism == "sp":
+        m = 0.5 * bid * (jnp.asarray(_GL_NODES, jnp.float32) + 1.0)
+        w = 0.5 * bid * jnp.asarray(_GL_WEIGHTS, jnp.float32)
+        return jnp.sum(w * U(value - m) * market_pdf(m))
+    G = market_cdf(bid)
+    return G * U(value - bid) + (1.0 - G) * U(-bid)
+
+
+def smoothed_ex_post_utility(
+    mechanism: str,
+    bid: jax.Array,
+    value: jax.Array,
+    soft_max_others: jax.Array,
+    max_others: jax.Array,
+    temperature: float,
+    risk_aversion: float = 1.0,
+) -> jax.Array:
+    """Softmax-smoothed ex-post utilities (the SM baseline of Kohring et al., ICML 2023).
+
+    The hard allocation ``1[b > max others]`` becomes the softmax weight of the bidder's own bid
+    among all ``n`` bids, ``exp(b/T) / (exp(b/T) + sum_j exp(o_j/T))``, which equals
+    ``sigmoid((b - L)/T)`` with ``L = T logsumexp(o/T)``; prices are ``b`` (FP, all-pay) or the
+    highest other bid (SP). Their mean over market samples is the smoothed interim utility.
+
+    Args:
+      bid, value: scalars.
+      soft_max_others: ``[S]`` per market sample ``L = T logsumexp_j(o_j / T)``.
+      max_others: ``[S]`` per market sample the highest other bid.
+      temperature: ``T > 0``.
+
+    Returns:
+      ``[S]`` smoothed ex-post utility per market sample.
+    """
+    U = lambda z: crra(z, risk_aversion)[0]
+    alloc = jax.nn.sigmoid((bid - soft_max_others) / temperature)
+    if mechanism == "fp":
+        ex_post = alloc * U(value - bid)
+    elif mechanism == "sp":
+        ex_post = alloc * U(value - max_others)
+    else:
+        ex_post = alloc * U(value - bid) + (1.0 - alloc) * U(-bid)
+    return ex_post
