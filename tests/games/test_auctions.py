@@ -371,3 +371,22 @@ def test_config_is_hashable_and_frozen():
     hash(cfg)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.bandwidth = 0.1  # type: ignore[misc]
+
+
+def test_product_estimator_matches_a_known_product_market(key):
+    # Opponents: two iid U[0, 0.8] bidders and one U[0, 1] bidder: G(b) = (b/0.8)^2 * b.
+    k1, k2 = jax.random.split(key)
+    columns = jnp.stack(
+        [jax.random.uniform(k1, (100_000,)) * 0.8, jax.random.uniform(k2, (100_000,))]
+    )
+    bids = jnp.linspace(0.3, 0.6, 7)
+    G, g, dg = A.product_market_stats(bids, columns, (2, 1), 0.03, chunk_size=20_000)
+    exact = lambda b: (b / 0.8) ** 2 * b
+    np.testing.assert_allclose(G, exact(bids), atol=0.01)
+    np.testing.assert_allclose(g, jax.vmap(jax.grad(exact))(bids), atol=0.08)
+    # g and g' are the derivatives of the estimated G (product rule done right)
+    G_of = lambda b: A.product_market_stats(b[None], columns, (2, 1), 0.03, 20_000)[0][0]
+    np.testing.assert_allclose(g, jax.vmap(jax.grad(G_of))(bids), rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(dg, jax.vmap(jax.grad(jax.grad(G_of)))(bids), rtol=1e-2, atol=1e-2)
+    with pytest.raises(ValueError, match="`opponent_bids` must be"):
+        A.product_market_stats(bids, columns, (2,), 0.03)

@@ -37,6 +37,7 @@ from jaxlab.games.auctions.learner import (
 from jaxlab.games.auctions.market import (
     chunked_sample_mean,
     kde_market_stats,
+    product_market_stats,
     smoothed_derivatives,
 )
 from jaxlab.games.auctions.mechanisms import (
@@ -65,6 +66,7 @@ __all__ = [
     "kde_market_stats",
     "l2_distance",
     "make_learner",
+    "product_market_stats",
     "smoothed_derivatives",
     "smoothed_ex_post_utility",
     "symmetric_bne",

@@ -54,7 +54,7 @@ def symmetric_bne(
 
 
 def asymmetric_fp_bne(weak_upper: float, strong_upper: float) -> tuple[BidFn, BidFn]:
-    """BNE bid functions ``(weak, strong)`` of 2-bidder FP with ``U[0, a]`` vs ``U[0, c]``, a < c."""
+    """BNE bids ``(weak, strong)`` of 2-bidder FP with values ``U[0, a]`` vs ``U[0, c]``, a < c."""
     if not 0 < weak_upper < strong_upper:
         raise ValueError(
             f"need 0 < weak_upper < strong_upper, got {weak_upper} and {strong_upper}."

@@ -43,7 +43,11 @@ from jax.sharding import Mesh
 
 from jaxlab.core.sharding import constrain_batch
 from jaxlab.games.auctions import bne as bne_lib
-from jaxlab.games.auctions.market import kde_market_stats, smoothed_derivatives
+from jaxlab.games.auctions.market import (
+    kde_market_stats,
+    product_market_stats,
+    smoothed_derivatives,
+)
 from jaxlab.games.auctions.mechanisms import check_mechanism, interim_derivatives
 
 __all__ = [
@@ -113,13 +117,17 @@ class LearnerConfig:
 
     Attributes:
       method: ``"ug"`` (utility gradient) or ``"abr"`` (approximate best response).
-      estimator: ``"kde"`` (closed-form derivatives, KDE market) or ``"smooth"`` (SM baseline).
+      estimator: ``"kde"`` (closed-form derivatives, KDE of the market price: the paper),
+        ``"product_kde"`` (closed form, market CDF as a product of per-opponent KDEs: an
+        ablation, not in the paper) or ``"smooth"`` (the SM baseline).
       learning_rate: SGD step size (0.05 symmetric, 0.2 asymmetric in the paper).
       ante_samples: ``S_i`` values per type per step.
       market_samples: ``S_j`` market samples per step.
       bandwidth: KDE bandwidth ``h``.
       temperature: SM softmax temperature.
       chunk_size: market samples per chunk of the ``S_i x S_j`` kernel (memory bound).
+      forward_batch: market profiles pushed through the networks at once (``lax.map`` batches:
+        cache-friendly on CPU and bounded memory; raise it on accelerators).
       init_steps: UG warm-up steps before the aBR gate may open.
       first_order_tol: ``c1``, the gate needs ``|u'| < c1`` (0.05 for risk-averse/asymmetric).
       curvature_tol: ``c2``, the gate needs ``u'' < -c2``.
@@ -129,13 +137,14 @@ class LearnerConfig:
     """
 
     method: Literal["ug", "abr"] = "abr"
-    estimator: Literal["kde", "smooth"] = "kde"
+    estimator: Literal["kde", "product_kde", "smooth"] = "kde"
     learning_rate: float = 0.05
     ante_samples: int = 256
     market_samples: int = 10_000
     bandwidth: float = 0.05
     temperature: float = 0.05
     chunk_size: int = 2048
+    forward_batch: int = 1024
     init_steps: int = 200
     first_order_tol: float = 0.01
     curvature_tol: float = 1e-8
@@ -146,13 +155,15 @@ class LearnerConfig:
     def __post_init__(self):
         if self.method not in ("ug", "abr"):
             raise ValueError(f"`method` must be 'ug' or 'abr', got {self.method!r}.")
-        if self.estimator not in ("kde", "smooth"):
-            raise ValueError(f"`estimator` must be 'kde' or 'smooth', got {self.estimator!r}.")
+        if self.estimator not in ("kde", "product_kde", "smooth"):
+            raise ValueError(
+                f"`estimator` must be 'kde', 'product_kde' or 'smooth', got {self.estimator!r}."
+            )
         if not self.bandwidth > 0:
             raise ValueError(f"`bandwidth` must be > 0, got {self.bandwidth}.")
         if not self.temperature > 0:
             raise ValueError(f"`temperature` must be > 0, got {self.temperature}.")
-        for name in ("ante_samples", "market_samples", "chunk_size"):
+        for name in ("ante_samples", "market_samples", "chunk_size", "forward_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         if self.output not in ("abs", "relu", "exp"):
@@ -236,6 +247,7 @@ class Learner(NamedTuple):
     init: Callable[[jax.Array], LearnerState]
     step: Callable[[LearnerState, object], tuple[LearnerState, dict]]
     estimate: Callable[[dict, jax.Array, jax.Array], GradientEstimate]
+    gradient: Callable[[dict, jax.Array, jax.Array], tuple[dict, GradientEstimate]]
     bid_fn: Callable[[dict, int], Callable[[jax.Array], jax.Array]]
     sample_market: Callable[[dict, jax.Array], jax.Array]
     net: BidNet
@@ -253,7 +265,8 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
     Returns:
       A :class:`Learner`: ``init(key) -> state``; ``step(state, _) -> (state, metrics)`` with
       metrics ``abr_fraction`` (share of samples under the Newton gradient), ``mean_abs_u1`` and
-      ``brd`` (mean ``1/2 (u'/u'')^2`` over gated samples); ``estimate(params, key, step)``;
+      ``brd`` (mean ``1/2 (u'/u'')^2`` over gated samples); ``estimate(params, key, step)`` (the
+      bid-space estimate); ``gradient(params, key, step) -> (param_grads, estimate)``;
       ``bid_fn(params, type)``; ``sample_market(params, key) -> [T, S_j]``.
     """
     net = BidNet(hidden=config.hidden, output=config.output)
@@ -265,6 +278,12 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
     rep = np.array([int(np.argmax(type_of == t)) for t in range(n_types)])  # representative
     # others[t, j]: bidder j is an opponent of type t's representative
     others = jnp.asarray(np.arange(game.n_bidders)[None, :] != rep[:, None])
+    # product estimator: for each type t, one opponent column per opponent type and its count
+    opp_types = [
+        [(int(np.flatnonzero((type_of == s) & (np.arange(game.n_bidders) != rep[t]))[0]),
+          counts[s] - (s == t)) for s in range(n_types) if counts[s] - (s == t) > 0]
+        for t in range(n_types)
+    ]  # fmt: skip
     optimizer = optax.sgd(config.learning_rate)
 
     def type_params(params, t):
@@ -284,11 +303,14 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         u = jax.random.uniform(key, (n_samples, game.n_bidders))
         t = jnp.asarray(type_of)
         values = lows[t][None, :] + (highs[t] - lows[t])[None, :] * u
-        bids = jnp.concatenate(
-            [net.apply(type_params(params, s), values[:, type_of == s]) for s in range(n_types)],
-            axis=1,
-        )
-        return values, bids
+
+        def profile_bids(row):  # [N] values of one profile -> [N] bids
+            return jnp.concatenate(
+                [net.apply(type_params(params, s), row[type_of == s]) for s in range(n_types)]
+            )
+
+        batch = min(config.forward_batch, n_samples)
+        return values, jax.lax.map(profile_bids, values, batch_size=batch)
 
     def market_bids(params, key):
         """Opponents' bids per type's representative: ``[T, S_j, N]`` (own bid = -inf)."""
@@ -299,13 +321,19 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         """Market price (highest opposing bid) for each type: ``[T, S_j]``."""
         return jnp.max(market_bids(params, key), axis=-1)
 
-    def derivatives(bids, values, opp):
-        """u', u'' for one type: bids/values ``[S_i]``, opponents' bids ``[S_j, N]``."""
+    def derivatives(t, bids, values, opp):
+        """u', u'' for type ``t``: bids/values ``[S_i]``, opponents' bids ``[S_j, N]``."""
         if config.estimator == "kde":
-            G, g, dg = kde_market_stats(
-                bids, jnp.max(opp, axis=-1), config.bandwidth, config.chunk_size
+            market = jnp.max(opp, axis=-1)
+            stats = kde_market_stats(bids, market, config.bandwidth, config.chunk_size)
+            return interim_derivatives(game.mechanism, bids, values, *stats, game.risk_aversion)
+        if config.estimator == "product_kde":
+            columns = jnp.stack([opp[:, j] for j, _ in opp_types[t]])
+            counts_t = tuple(c for _, c in opp_types[t])
+            stats = product_market_stats(
+                bids, columns, counts_t, config.bandwidth, config.chunk_size
             )
-            return interim_derivatives(game.mechanism, bids, values, G, g, dg, game.risk_aversion)
+            return interim_derivatives(game.mechanism, bids, values, *stats, game.risk_aversion)
         temp = config.temperature
         soft = temp * jax.nn.logsumexp(opp / temp, axis=-1)
         return smoothed_derivatives(
@@ -319,7 +347,10 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         u = jax.random.uniform(k_ante, (n_types, config.ante_samples))
         values = constrain_batch(lows[:, None] + (highs - lows)[:, None] * u, mesh, axis=1)
         bids = jax.vmap(net.apply)(jax.lax.stop_gradient(params), values)  # [T, S_i]
-        u1, u2 = jax.vmap(derivatives)(bids, values, opp)
+        # types have different opponent structures (static), so loop rather than vmap
+        per_type = [derivatives(t, bids[t], values[t], opp[t]) for t in range(n_types)]
+        u1 = jnp.stack([u for u, _ in per_type])
+        u2 = jnp.stack([u for _, u in per_type])
         gate = (
             (config.method == "abr")
             & (step >= config.init_steps)
@@ -332,16 +363,19 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         bid_grad = jnp.where(gate, newton, -u1)
         return GradientEstimate(values, bids, u1, u2, gate, bid_grad)
 
-    def step(state: LearnerState, _=None) -> tuple[LearnerState, dict]:
-        key = jax.random.fold_in(state.key, state.step)
-        est = estimate(state.params, key, state.step)
+    def gradient(params, key, step) -> tuple[dict, GradientEstimate]:
+        """Parameter gradient: back-propagate ``share_t * mean_i dL/db`` through the network."""
+        est = estimate(params, key, step)
         weight = jax.lax.stop_gradient(est.bid_grad) * share[:, None] / config.ante_samples
 
-        def surrogate(params):
-            bids = jax.vmap(net.apply)(params, est.values)
-            return jnp.sum(weight * bids)
+        def surrogate(p):
+            return jnp.sum(weight * jax.vmap(net.apply)(p, est.values))
 
-        grads = jax.grad(surrogate)(state.params)
+        return jax.grad(surrogate)(params), est
+
+    def step(state: LearnerState, _=None) -> tuple[LearnerState, dict]:
+        key = jax.random.fold_in(state.key, state.step)
+        grads, est = gradient(state.params, key, state.step)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         n_gated = jnp.maximum(jnp.sum(est.gate), 1)
@@ -352,4 +386,4 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         }
         return LearnerState(params, opt_state, state.key, state.step + 1), metrics
 
-    return Learner(init, step, estimate, bid_fn, sample_market, net)
+    return Learner(init, step, estimate, gradient, bid_fn, sample_market, net)

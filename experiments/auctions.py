@@ -1,0 +1,405 @@
+"""Auctions: approximate best response (aBR) vs utility gradient (UG) as the bidder count grows.
+
+Run: ``python -m experiments run auctions --preset quick`` (about 1 min on 2 CPU cores) or
+``--preset full`` (about 15-20 min: n in {2, 5, 10, 20}, 3 seeds, h in {0.02, 0.05}, plus second
+price, risk-averse first price and the asymmetric 2-bidder first-price auction).
+
+Both learners share the analytic KDE gradient estimator, the bid network and its initial
+parameters (same key); only the update rule differs. For each number of bidders ``n`` the
+experiment trains both on the symmetric first-price auction with U[0, 1] values, records the L2
+distance to the analytic BNE ``(n-1)v/n`` every ``log_every`` steps on a 10,000-point value grid,
+and reports the first logged step with ``L2 <= tol`` (``steps_to_tol``), the final L2, time per
+step and the epsilon-BNE utility loss of the final strategies. Seeds are vmapped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+
+from experiments import _common
+from jaxlab.core.training import progress_bar, run_chunked, scan_steps
+from jaxlab.games import auctions as A
+
+NAME = "auctions"
+PAPER = "Huang et al., Learning BNE in Auction Games via Approximate Best Response (ICML 2025)"
+CLAIM = "aBR reaches a fixed L2 to the BNE in nearly n-independent steps; UG slows sharply with n"
+METHODS = ("ug", "abr")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Symmetric first-price auction, U[0, 1] values, both learners from identical parameters.
+
+    Attributes:
+      seed: base seed; seeds ``seed .. seed + n_seeds - 1`` are vmapped.
+      n_seeds: number of seeds (initialisations and sample streams).
+      n_bidders: the numbers of bidders compared.
+      steps: SGD steps per run.
+      ante_samples, market_samples: ``S_i`` and ``S_j`` per step.
+      bandwidths: KDE bandwidths tried; per (method, n) the one with the lowest mean final L2 is
+        reported (as the official scripts do), with every bandwidth's figures kept.
+      learning_rate, init_steps, first_order_tol, curvature_tol, newton_clip: learner settings.
+      log_every: steps between L2 evaluations (the resolution of ``steps_to_tol``).
+      tol: the headline L2 threshold; ``extra_tols`` are reported too.
+      secondary: secondary games to run too, any of ``SECONDARY_GAMES`` (full preset: all).
+    """
+
+    seed: int = 0
+    n_seeds: int = 1
+    n_bidders: tuple[int, ...] = (2, 10, 20)
+    steps: int = 1000
+    ante_samples: int = 256
+    market_samples: int = 4096
+    bandwidths: tuple[float, ...] = (0.05,)
+    learning_rate: float = 0.05
+    init_steps: int = 200
+    first_order_tol: float = 0.01
+    curvature_tol: float = 1e-8
+    newton_clip: float | None = None
+    chunk_size: int = 2048
+    log_every: int = 10
+    tol: float = 0.02
+    extra_tols: tuple[float, ...] = (0.1, 0.05, 0.01)
+    eval_grid: int = 10_000
+    secondary: tuple[str, ...] = ()
+
+
+SECONDARY_GAMES = ("sp", "fp_risk_averse", "asymmetric_fp")
+PRESETS = {
+    "quick": Config(),
+    "full": Config(
+        n_seeds=3,
+        n_bidders=(2, 5, 10, 20),
+        steps=2000,
+        market_samples=10_000,
+        bandwidths=(0.02, 0.05),
+        secondary=SECONDARY_GAMES,
+    ),
+}
+
+
+def _learner_config(config: Config, method: str, **overrides):
+    base = dict(
+        method=method,
+        learning_rate=config.learning_rate,
+        ante_samples=config.ante_samples,
+        market_samples=config.market_samples,
+        chunk_size=config.chunk_size,
+        init_steps=config.init_steps,
+        first_order_tol=config.first_order_tol,
+        curvature_tol=config.curvature_tol,
+        newton_clip=config.newton_clip,
+    )
+    return A.LearnerConfig(**{**base, **overrides})
+
+
+def train(game: A.AuctionGame, cfg: A.LearnerConfig, config: Config, out_dir: Path, tag: str):
+    """Train one learner on ``n_seeds`` vmapped seeds; L2 to the BNE every ``log_every`` steps.
+
+    Returns a dict with ``l2: [S, n_logs, T]``, ``abr_fraction: [S, n_logs]``, final ``params``,
+    ``utility_loss: [S, T]`` and ``seconds_per_step`` (steady state, all seeds together).
+    """
+    learner = A.make_learner(game, cfg)
+    bnes = game.bne()
+
+    def l2_per_type(params):
+        return jnp.stack([
+            A.l2_distance(learner.bid_fn(params, t), bnes[t], lo, hi, config.eval_grid)
+            for t, (lo, hi) in enumerate(game.value_ranges)
+        ])  # fmt: skip
+
+    def log_step(state, _):
+        state, metrics = scan_steps(learner.step, state, config.log_every)
+        return state, {
+            "l2": l2_per_type(state.params),
+            "abr_fraction": metrics["abr_fraction"].mean(),
+        }
+
+    seeds = jnp.arange(config.seed, config.seed + config.n_seeds)
+    states = jax.vmap(lambda s: learner.init(jax.random.key(s)))(seeds)
+    n_logs = config.steps // config.log_every
+    stamps = []
+
+    with progress_bar(n_logs * config.log_every, tag) as bar:
+
+        def on_chunk(done, metrics):
+            stamps.append((done, time.perf_counter()))
+            bar(done * config.log_every, None)
+
+        final, metrics = run_chunked(
+            log_step, states, n_logs, chunk_size=max(1, 100 // config.log_every), vmap=True,
+            on_chunk=on_chunk, checkpointer=_common.checkpointer(out_dir, tag),
+        )  # fmt: skip
+    if len(stamps) >= 2:  # steady state: skip the first chunk, which includes compilation
+        (d0, t0), (d1, t1) = stamps[0], stamps[-1]
+        seconds_per_step = (t1 - t0) / ((d1 - d0) * config.log_every)
+    else:
+        seconds_per_step = float("nan")
+
+    def utility_loss(params, key):
+        market = learner.sample_market(params, key)
+        return jnp.stack([
+            A.grid_utility_loss(game.mechanism, learner.bid_fn(params, t), market[t], lo, hi,
+                                game.risk_aversion)
+            for t, (lo, hi) in enumerate(game.value_ranges)
+        ])  # fmt: skip
+
+    def band_l2(params):  # RMS error on each quarter of each type's value range: [T, 4]
+        rows = []
+        for t, (lo, hi) in enumerate(game.value_ranges):
+            edges = np.linspace(lo, hi, 5)
+            rows.append(jnp.stack([
+                A.l2_distance(learner.bid_fn(params, t), bnes[t], a, b, config.eval_grid // 4)
+                for a, b in zip(edges[:-1], edges[1:], strict=True)
+            ]))  # fmt: skip
+        return jnp.stack(rows)
+
+    eval_keys = jax.vmap(lambda s: jax.random.key(s + 10_000))(seeds)
+    loss = jax.jit(jax.vmap(utility_loss))(final.params, eval_keys)
+    bands = jax.jit(jax.vmap(band_l2))(final.params)
+    return {
+        "l2": np.asarray(metrics["l2"]),
+        "abr_fraction": np.asarray(metrics["abr_fraction"]),
+        "params": final.params,
+        "utility_loss": np.asarray(loss),
+        "l2_by_value_quarter": np.asarray(bands),
+        "seconds_per_step": seconds_per_step,
+        "learner": learner,
+    }
+
+
+def first_step_below(curve: np.ndarray, tol: float, log_every: int) -> int | None:
+    """First logged step with value <= tol (steps counted from 1), or None if never."""
+    hit = np.nonzero(curve <= tol)[0]
+    return int((hit[0] + 1) * log_every) if hit.size else None
+
+
+def median_steps(steps: list[int | None]) -> int | None:
+    """Median over seeds with 'never' as +inf; None if the median itself is 'never'."""
+    values = np.array([np.inf if s is None else s for s in steps], dtype=float)
+    med = float(np.median(values))
+    return int(round(med)) if np.isfinite(med) else None
+
+
+def summarise(run: dict, config: Config, type_index: int = 0) -> dict:
+    curves = run["l2"][:, :, type_index]  # [S, n_logs]
+    tols = (config.tol, *config.extra_tols)
+    per_seed = {str(t): [first_step_below(c, t, config.log_every) for c in curves] for t in tols}
+    return {
+        "steps_to_tol": median_steps(per_seed[str(config.tol)]),
+        "steps_to_tol_per_seed": per_seed[str(config.tol)],
+        "steps_to_eps": {t: median_steps(v) for t, v in per_seed.items()},
+        "final_l2": float(np.median(curves[:, -1])),
+        "final_l2_per_seed": curves[:, -1].tolist(),
+        "utility_loss": float(np.median(run["utility_loss"][:, type_index])),
+        "final_l2_by_value_quarter": np.median(
+            run["l2_by_value_quarter"][:, type_index], 0
+        ).tolist(),
+        "abr_fraction_final": float(np.median(run["abr_fraction"][:, -1])),
+        "seconds_per_step": run["seconds_per_step"],
+        "l2_curve": np.median(curves, axis=0).tolist(),
+    }
+
+
+def _ratio(a: int | None, b: int | None) -> float | None:
+    return None if a is None or b is None else a / b
+
+
+def run(config: Config, out_dir: Path) -> dict:
+    if config.steps % config.log_every:
+        raise ValueError(f"`steps` ({config.steps}) must be a multiple of `log_every`.")
+    unknown = set(config.secondary) - set(SECONDARY_GAMES)
+    if unknown:
+        raise ValueError(
+            f"`secondary` has unknown games {sorted(unknown)}; valid: {SECONDARY_GAMES}"
+        )
+    results = {m: {} for m in METHODS}  # method -> n -> summary (selected bandwidth)
+    by_bandwidth = {m: {} for m in METHODS}
+    runs = {}
+    for n in config.n_bidders:
+        game = A.AuctionGame("fp", (n,))
+        for method in METHODS:
+            candidates = {}
+            for h in config.bandwidths:
+                tag = f"fp_n{n}_{method}_h{h}"
+                cfg = _learner_config(config, method, bandwidth=h)
+                out = train(game, cfg, config, out_dir, tag)
+                candidates[h] = (summarise(out, config), out)
+            best = min(candidates, key=lambda h: float(np.mean(candidates[h][1]["l2"][:, -1])))
+            results[method][str(n)] = {**candidates[best][0], "bandwidth": best}
+            by_bandwidth[method][str(n)] = {
+                str(h): {k: s[k] for k in ("steps_to_tol", "final_l2", "utility_loss")}
+                for h, (s, _) in candidates.items()
+            }
+            runs[(method, n)] = candidates[best][1]
+
+    lo_n, hi_n = min(config.n_bidders), max(config.n_bidders)
+    metrics = {
+        "tol": config.tol,
+        "steps_to_tol": {m: {n: r["steps_to_tol"] for n, r in results[m].items()} for m in METHODS},
+        "final_l2": {m: {n: r["final_l2"] for n, r in results[m].items()} for m in METHODS},
+        "seconds_per_step": {
+            m: {n: r["seconds_per_step"] for n, r in results[m].items()} for m in METHODS
+        },
+        "steps_ratio": {
+            m: _ratio(results[m][str(hi_n)]["steps_to_tol"], results[m][str(lo_n)]["steps_to_tol"])
+            for m in METHODS
+        },
+        "steps_ratio_n": [hi_n, lo_n],
+        "utility_loss": {m: {n: r["utility_loss"] for n, r in results[m].items()} for m in METHODS},
+        "details": results,
+        "by_bandwidth": by_bandwidth,
+        "seeds": list(range(config.seed, config.seed + config.n_seeds)),
+    }
+    if config.secondary:
+        metrics["secondary"] = run_secondary(config, out_dir)
+
+    _figures(config, runs, out_dir)
+    _report(config, metrics, out_dir)
+    return metrics
+
+
+def run_secondary(config: Config, out_dir: Path) -> dict:
+    """SP (n = 2, 10), risk-averse FP (rho = 0.5, n = 6, 10) and asymmetric FP (1 vs 1)."""
+    h = config.bandwidths[-1]
+    games = {
+        "sp": [(A.AuctionGame("sp", (n,)), {}) for n in (2, 10)],
+        "fp_risk_averse": [
+            (A.AuctionGame("fp", (n,), risk_aversion=0.5), {"first_order_tol": 0.05})
+            for n in (6, 10)
+        ],
+        "asymmetric_fp": [
+            (
+                A.AuctionGame("fp", (1, 1), ((0.0, 0.5), (0.0, 1.0))),
+                {"learning_rate": 0.2, "bandwidth": 0.1, "first_order_tol": 0.05},
+            )
+        ],
+    }
+    out = {}
+    asym_runs = {}
+    for name, entries in games.items():
+        if name not in config.secondary:
+            continue
+        out[name] = {m: {} for m in METHODS}
+        for game, overrides in entries:
+            for method in METHODS:
+                cfg = _learner_config(config, method, **{"bandwidth": h, **overrides})
+                tag = f"{name}_n{game.n_bidders}_{method}"
+                res = train(game, cfg, config, out_dir, tag)
+                summary = {
+                    "final_l2_per_type": np.median(res["l2"][:, -1, :], axis=0).tolist(),
+                    "steps_to_tol": summarise(res, config)["steps_to_tol"],
+                    "utility_loss_per_type": np.median(res["utility_loss"], axis=0).tolist(),
+                }
+                out[name][method][str(game.n_bidders)] = summary
+                if name == "asymmetric_fp":
+                    asym_runs[method] = (game, res)
+    if asym_runs:
+        _asymmetric_figure(asym_runs, out_dir)
+    return out
+
+
+# ----------------------------------------------------------------------------- outputs
+
+
+def _figures(config: Config, runs: dict, out_dir: Path) -> None:
+    ns = config.n_bidders
+    steps = np.arange(1, config.steps // config.log_every + 1) * config.log_every
+    fig, axes = plt.subplots(1, len(ns), figsize=(4 * len(ns), 3.2), sharey=True, squeeze=False)
+    for ax, n in zip(axes[0], ns, strict=True):
+        for method, color in zip(METHODS, ("tab:blue", "tab:red"), strict=True):
+            curves = runs[(method, n)]["l2"][:, :, 0]
+            ax.semilogy(steps, np.median(curves, axis=0), color=color, label=method.upper())
+            if curves.shape[0] > 1:
+                ax.fill_between(steps, curves.min(0), curves.max(0), color=color, alpha=0.2)
+        ax.axhline(config.tol, color="k", ls=":", lw=1, label=f"tol {config.tol}")
+        ax.set_title(f"first price, n = {n}")
+        ax.set_xlabel("step")
+    axes[0][0].set_ylabel("L2 to BNE")
+    axes[0][0].legend()
+    _common.save_figure(fig, out_dir, "l2_curves")
+
+    v = jnp.linspace(0.0, 1.0, 200)
+    fig, axes = plt.subplots(1, len(ns), figsize=(4 * len(ns), 3.2), squeeze=False)
+    for ax, n in zip(axes[0], ns, strict=True):
+        ax.plot(v, A.symmetric_bne("fp", n)(v), "k--", label="BNE")
+        for method, color in zip(METHODS, ("tab:blue", "tab:red"), strict=True):
+            res = runs[(method, n)]
+            params0 = jax.tree_util.tree_map(lambda p: p[0], res["params"])
+            ax.plot(v, res["learner"].bid_fn(params0, 0)(v), color=color, label=method.upper())
+        ax.set_title(f"bids after {config.steps} steps, n = {n}")
+        ax.set_xlabel("value")
+    axes[0][0].set_ylabel("bid")
+    axes[0][0].legend()
+    _common.save_figure(fig, out_dir, "bid_functions")
+
+
+def _asymmetric_figure(asym_runs: dict, out_dir: Path) -> None:
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    game = next(iter(asym_runs.values()))[0]
+    for t, (name, (lo, hi)) in enumerate(zip(("weak", "strong"), game.value_ranges, strict=True)):
+        v = jnp.linspace(lo, hi, 100)
+        ax.plot(v, game.bne()[t](v), "k--", lw=1)
+        for method, style in zip(METHODS, ("-", "-."), strict=True):
+            _, res = asym_runs[method]
+            params0 = jax.tree_util.tree_map(lambda p: p[0], res["params"])
+            ax.plot(
+                v, res["learner"].bid_fn(params0, t)(v), style, label=f"{method.upper()} {name}"
+            )
+    ax.set_xlabel("value")
+    ax.set_ylabel("bid")
+    ax.set_title("asymmetric FP (dashed: BNE)")
+    ax.legend(fontsize=7)
+    _common.save_figure(fig, out_dir, "asymmetric_bids")
+
+
+def _fmt_steps(s):
+    return "never" if s is None else s
+
+
+def _report(config: Config, metrics: dict, out_dir: Path) -> None:
+    rows = []
+    for n in config.n_bidders:
+        row = [n]
+        for key in ("steps_to_tol", "final_l2", "utility_loss"):
+            for m in METHODS:
+                value = metrics["details"][m][str(n)][key]
+                row.append(_fmt_steps(value) if key == "steps_to_tol" else value)
+        rows.append(row)
+    headers = ["n", "UG steps to tol", "aBR steps to tol", "UG final L2", "aBR final L2",
+               "UG eps-BNE", "aBR eps-BNE"]  # fmt: skip
+    table = _common.markdown_table(headers, rows)
+    ratio = metrics["steps_ratio"]
+    hi_n, lo_n = metrics["steps_ratio_n"]
+    text = (
+        f"Symmetric first-price auction, U[0,1] values, {config.steps} SGD steps, "
+        f"{config.n_seeds} seed(s) from {config.seed} (medians), S_i = {config.ante_samples}, "
+        f"S_j = {config.market_samples}, KDE bandwidth(s) {list(config.bandwidths)}, "
+        f"tol = {config.tol}. steps_to_tol(n={hi_n}) / steps_to_tol(n={lo_n}): "
+        f"UG {_common.format_value(ratio['ug'])}, aBR {_common.format_value(ratio['abr'])} "
+        "(— where a method never reaches tol)."
+    )
+    sections = [table, text, "![L2 curves](l2_curves.png)", "![bid functions](bid_functions.png)"]
+    if "secondary" in metrics:
+        sec_rows = []
+        for name, per_method in metrics["secondary"].items():
+            for n in per_method["ug"]:
+                sec_rows.append([
+                    name, n,
+                    ", ".join(f"{x:.4f}" for x in per_method["ug"][n]["final_l2_per_type"]),
+                    ", ".join(f"{x:.4f}" for x in per_method["abr"][n]["final_l2_per_type"]),
+                ])  # fmt: skip
+        sections += [
+            "Secondary games (final L2 per bidder type):",
+            _common.markdown_table(["game", "n", "UG final L2", "aBR final L2"], sec_rows),
+        ]
+        if "asymmetric_fp" in config.secondary:
+            sections.append("![asymmetric bids](asymmetric_bids.png)")
+    _common.write_report(out_dir, "Auctions: aBR vs UG", *sections)
