@@ -46,6 +46,8 @@ class Config:
       bandwidths: KDE bandwidths tried; per (method, n) the one with the lowest mean final L2 is
         reported (as the official scripts do), with every bandwidth's figures kept.
       learning_rate, init_steps, first_order_tol, curvature_tol, newton_clip: learner settings.
+      estimator: ``"kde"`` (the paper) or ``"product_kde"`` (ablation: product of per-opponent
+        KDEs); see :class:`jaxlab.games.auctions.LearnerConfig`.
       log_every: steps between L2 evaluations (the resolution of ``steps_to_tol``).
       tol: the headline L2 threshold; ``extra_tols`` are reported too.
       secondary: secondary games to run too, any of ``SECONDARY_GAMES`` (full preset: all).
@@ -63,6 +65,7 @@ class Config:
     first_order_tol: float = 0.01
     curvature_tol: float = 1e-8
     newton_clip: float | None = None
+    estimator: str = "kde"
     chunk_size: int = 2048
     log_every: int = 10
     tol: float = 0.02
@@ -96,6 +99,7 @@ def _learner_config(config: Config, method: str, **overrides):
         first_order_tol=config.first_order_tol,
         curvature_tol=config.curvature_tol,
         newton_clip=config.newton_clip,
+        estimator=config.estimator,
     )
     return A.LearnerConfig(**{**base, **overrides})
 

@@ -30,6 +30,7 @@ states); the ante-sample axis can be sharded across a mesh (``mesh=``), the mark
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
@@ -347,10 +348,12 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         u = jax.random.uniform(k_ante, (n_types, config.ante_samples))
         values = constrain_batch(lows[:, None] + (highs - lows)[:, None] * u, mesh, axis=1)
         bids = jax.vmap(net.apply)(jax.lax.stop_gradient(params), values)  # [T, S_i]
-        # types have different opponent structures (static), so loop rather than vmap
-        per_type = [derivatives(t, bids[t], values[t], opp[t]) for t in range(n_types)]
-        u1 = jnp.stack([u for u, _ in per_type])
-        u2 = jnp.stack([u for _, u in per_type])
+        if config.estimator == "product_kde":
+            # opponent types differ per bidder type (static structure): loop over types
+            per_type = [derivatives(t, bids[t], values[t], opp[t]) for t in range(n_types)]
+            u1, u2 = (jnp.stack(u) for u in zip(*per_type, strict=True))
+        else:  # same computation for every type: vmap over the type axis
+            u1, u2 = jax.vmap(functools.partial(derivatives, None))(bids, values, opp)
         gate = (
             (config.method == "abr")
             & (step >= config.init_steps)
