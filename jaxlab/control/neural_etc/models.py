@@ -1,0 +1,143 @@
+"""Networks of Neural ETC: ICNN Lyapunov function, spectrally normalised controller, class-K alpha.
+
+- :class:`ICNNLyapunov`: input-convex network ``p`` and
+  ``V(x) = s(p(x) - p(0)) + eps ||x||^2`` with the smoothed ReLU ``s`` (``d = 0.1``):
+  ``s(z) = 0`` (z <= 0), ``z^2/(2d)`` (0 < z < d), ``z - d/2`` (z >= d). So ``V(0) = 0``,
+  ``V >= eps ||x||^2`` and ``V`` is convex.
+- :class:`Controller`: ``u(x) = x * NN(x)`` (state-sized control) or ``NN(x) - NN(0)``, with every
+  weight divided by its exact largest singular value (spectral normalisation by SVD rather than
+  torch's one-step power iteration; deterministic and equally faithful), so ``u(0) = 0``.
+- :class:`ClassK`: ``alpha(r) = int_0^r q(s) ds`` with ``q = ELU(MLP(s)) + 1 > 0``, integrated by
+  Clenshaw-Curtis quadrature (weights computed in float64): ``alpha(0) = 0``, strictly increasing.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = [
+    "ClassK",
+    "Controller",
+    "ICNNLyapunov",
+    "SpectralDense",
+    "clenshaw_curtis",
+    "smooth_relu",
+]
+
+
+def smooth_relu(z: jax.Array, d: float = 0.1) -> jax.Array:
+    """C^1 smoothed ReLU: 0, then ``z^2/(2d)`` on (0, d), then ``z - d/2``."""
+    return jnp.where(z <= 0, 0.0, jnp.where(z < d, z * z / (2 * d), z - d / 2))
+
+
+_xavier = nn.initializers.xavier_normal()
+
+
+def _xavier_bias(key, shape, dtype=jnp.float32):
+    # the official biases are [h, 1] tensors, Xavier-initialised as such
+    return _xavier(key, (shape[0], 1), dtype)[:, 0]
+
+
+class ICNNLyapunov(nn.Module):
+    """``V: [n] -> []`` (vmap for batches). ``hidden=(64, 1)`` is the paper's ICNN(3, 64, 1)."""
+
+    hidden: tuple[int, ...] = (64, 1)
+    eps: float = 1e-3
+    smooth: float = 0.1
+
+    def setup(self):
+        self.w = [nn.Dense(h, kernel_init=_xavier, bias_init=_xavier_bias) for h in self.hidden]
+        self.u = [
+            self.param(f"U_{i}", _xavier, (self.hidden[i - 1], self.hidden[i]))
+            for i in range(1, len(self.hidden))
+        ]
+
+    def convex_part(self, x: jax.Array) -> jax.Array:
+        """``p(x)``: ``z1 = s(W0 x + b0)``, ``z_{i+1} = s(softplus(U_i) z_i + W_i x + b_i)``."""
+        z = smooth_relu(self.w[0](x), self.smooth)
+        for i in range(1, len(self.hidden)):
+            z = smooth_relu(z @ nn.softplus(self.u[i - 1]) + self.w[i](x), self.smooth)
+        return z[..., 0]
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        shifted = self.convex_part(x) - self.convex_part(jnp.zeros_like(x))
+        return smooth_relu(shifted, self.smooth) + self.eps * jnp.sum(x * x, axis=-1)
+
+
+class SpectralDense(nn.Module):
+    """Dense layer whose kernel is divided by its largest singular value (exact, by SVD)."""
+
+    features: int
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features))
+        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        sigma = jnp.linalg.svd(kernel, compute_uv=False)[0]
+        bias = bias.astype(x.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
+        return x @ (kernel / sigma).astype(x.dtype) + bias
+
+
+class Controller(nn.Module):
+    """``u: [n] -> [m]``, ``u(0) = 0``; ReLU MLP of :class:`SpectralDense` layers.
+
+    ``u(x) = x * NN(x)`` when ``m == n`` (the paper's form), else ``NN(x) - NN(0)``.
+    """
+
+    control_dim: int
+    hidden: tuple[int, ...] = (64, 64)
+
+    def setup(self):
+        self.layers = [SpectralDense(h) for h in (*self.hidden, self.control_dim)]
+
+    def mlp(self, x: jax.Array) -> jax.Array:
+        """The normalised ReLU MLP (1-Lipschitz: every layer has spectral norm 1)."""
+        for layer in self.layers[:-1]:
+            x = nn.relu(layer(x))
+        return self.layers[-1](x)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        if self.control_dim == x.shape[-1]:
+            return x * self.mlp(x)
+        both = self.mlp(jnp.stack([x, jnp.zeros_like(x)]))  # shared weights for x and 0
+        return both[0] - both[1]
+
+
+def clenshaw_curtis(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Clenshaw-Curtis nodes and weights on [-1, 1] with ``n + 1`` points, in float64."""
+    theta = np.pi * np.arange(n + 1) / n
+    nodes = np.cos(theta)
+    weights = np.zeros(n + 1)
+    for k in range(n + 1):
+        total = 1.0
+        for j in range(1, n // 2 + 1):
+            b = 1.0 if 2 * j == n else 2.0
+            total -= b * np.cos(2 * j * theta[k]) / (4 * j * j - 1)
+        c = 1.0 if k in (0, n) else 2.0
+        weights[k] = c * total / n
+    return nodes, weights
+
+
+_CC_NODES, _CC_WEIGHTS = clenshaw_curtis(50)
+
+
+class ClassK(nn.Module):
+    """``alpha: [] -> []`` (vmap for batches), ``alpha(r) = int_0^r q``; :meth:`slope` is ``q``."""
+
+    hidden: tuple[int, ...] = (10, 10)
+
+    @nn.compact
+    def slope(self, r: jax.Array) -> jax.Array:
+        x = r[..., None]
+        for h in self.hidden:
+            x = nn.relu(nn.Dense(h)(x))
+        return nn.elu(nn.Dense(1)(x)[..., 0]) + 1.0
+
+    def __call__(self, r: jax.Array) -> jax.Array:
+        nodes = jnp.asarray(_CC_NODES, dtype=r.dtype)
+        weights = jnp.asarray(_CC_WEIGHTS, dtype=r.dtype)
+        s = 0.5 * r * (nodes + 1.0)  # map [-1, 1] -> [0, r]
+        return 0.5 * r * jnp.sum(weights * self.slope(s))

@@ -1,0 +1,213 @@
+"""jaxlab.control.neural_etc building blocks, in float64: closed forms, invariants, gradients."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.control import neural_etc as E
+
+
+@pytest.fixture(autouse=True)
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def linear_system(a):
+    return E.ControlSystem(
+        "linear", 1, 1, lambda x: a * x, lambda x: jnp.ones((1, 1), x.dtype), 1.0
+    )
+
+
+def first_trigger_linear(a, k, c1, c2, cfg):
+    """x' = a x + u, u = -k x(t_k); event c2 e^2 - c1 x^2 (fires when |e|/|x| = 1/P)."""
+    system = linear_system(a)
+    field = E.augmented_field(system, lambda p, x: -p["k"] * x)
+    event = lambda y, p: c2 * y[1] ** 2 - c1 * y[0] ** 2
+    return jax.jit(lambda p: E.first_trigger_time(field, event, jnp.array([1.0]), p, 5.0, cfg))
+
+
+def test_first_trigger_time_matches_the_closed_form():
+    a, k, c1, c2 = 1.0, 3.0, 1.0, 4.0
+    P = np.sqrt(c2 / c1)
+    cfg = E.SolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
+    t1, triggered = first_trigger_linear(a, k, c1, c2, cfg)({"k": jnp.float64(k)})
+    exact = np.log((k - a * P / (P + 1)) / (k - a)) / a
+    assert bool(triggered)
+    assert abs(float(t1) - exact) < 1e-8
+
+
+def test_event_time_gradient_matches_finite_differences():
+    a, c1, c2 = 1.0, 1.0, 4.0
+    cfg = E.SolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
+    fn = first_trigger_linear(a, 3.0, c1, c2, cfg)
+    t_of_k = lambda k: fn({"k": k})[0]
+    for k in (2.0, 3.0, 6.0):
+        grad = float(jax.grad(t_of_k)(jnp.float64(k)))
+        eps = 1e-5
+        fd = (float(t_of_k(jnp.float64(k + eps))) - float(t_of_k(jnp.float64(k - eps)))) / (2 * eps)
+        assert grad == pytest.approx(fd, rel=1e-4)
+
+
+def test_no_trigger_returns_the_horizon_with_zero_gradient():
+    system = linear_system(-1.0)
+    field = E.augmented_field(system, lambda p, x: -p * x)
+    never = lambda y, p: -1.0 - y[0] ** 2  # always negative
+    fn = lambda p: E.first_trigger_time(field, never, jnp.array([1.0]), p, 2.0)
+    t1, triggered = fn(jnp.float64(1.0))
+    assert not bool(triggered) and float(t1) == 2.0
+    assert float(jax.grad(lambda p: fn(p)[0])(jnp.float64(1.0))) == 0.0
+
+
+def test_augmented_state_invariant_and_pi_event_sign(key):
+    system = E.lorenz()
+    ctrl_net, v_net = E.Controller(3), E.ICNNLyapunov()
+    k1, k2 = jax.random.split(key)
+    params = {"c": ctrl_net.init(k1, jnp.zeros(3)), "v": v_net.init(k2, jnp.zeros(3))}
+    controller = lambda p, x: ctrl_net.apply(p["c"], x)
+    lyapunov = lambda p, x: v_net.apply(p["v"], x)
+    field = E.augmented_field(system, controller)
+    y = jnp.concatenate([jnp.array([1.0, -2.0, 3.0]), jnp.array([0.1, 0.2, -0.3])])
+    dy = field(y, params)
+    np.testing.assert_allclose(dy[:3] + dy[3:], 0.0, atol=1e-12)  # d(x + e)/dt = 0
+    event = E.pi_event(system, controller, lyapunov, 0.5)
+    x = jnp.array([1.0, -2.0, 3.0])
+    h0 = event(jnp.concatenate([x, jnp.zeros(3)]), params)
+    np.testing.assert_allclose(h0, -0.5 * lyapunov(params, x), rtol=1e-12)
+    assert float(h0) < 0
+
+
+def test_icnn_properties(key):
+    net = E.ICNNLyapunov(hidden=(16, 1))
+    params = net.init(key, jnp.zeros(3))
+    V = lambda x: net.apply(params, x)
+    assert float(V(jnp.zeros(3))) == 0.0
+    xs = jax.random.normal(key, (50, 3)) * 5
+    vals = jax.vmap(V)(xs)
+    assert bool(jnp.all(vals >= 1e-3 * jnp.sum(xs**2, axis=1) - 1e-12))
+    for x in xs[:5]:
+        assert float(jnp.linalg.eigvalsh(jax.hessian(V)(x)).min()) >= -1e-9  # convex
+
+
+def test_smooth_relu_is_c1():
+    d, eps = 0.1, 1e-7
+    for z in (0.0, d):
+        left, right = E.smooth_relu(jnp.float64(z - eps), d), E.smooth_relu(jnp.float64(z + eps), d)
+        assert abs(float(right - left)) < 1e-6
+        g = jax.grad(lambda t: E.smooth_relu(t, d))
+        assert abs(float(g(jnp.float64(z - eps)) - g(jnp.float64(z + eps)))) < 1e-5
+
+
+def test_controller_vanishes_at_zero_and_is_spectrally_normalised(key):
+    for control_dim in (3, 1):
+        net = E.Controller(control_dim, hidden=(16, 16))
+        params = net.init(key, jnp.zeros(3))
+        np.testing.assert_array_equal(net.apply(params, jnp.zeros(3)), 0.0)
+        for layer in params["params"].values():
+            w = layer["kernel"] / jnp.linalg.svd(layer["kernel"], compute_uv=False)[0]
+            assert float(jnp.linalg.svd(w, compute_uv=False)[0]) <= 1 + 1e-6
+        # the normalised network is 1-Lipschitz (ReLU layers of norm 1) before the x product
+        x, y = jax.random.normal(key, (2, 3))
+        mlp = lambda z: net.apply(params, z, method=E.Controller.mlp)
+        assert float(jnp.linalg.norm(mlp(x) - mlp(y))) <= float(jnp.linalg.norm(x - y)) + 1e-9
+
+
+def test_class_k_quadrature_and_slope(key):
+    net = E.ClassK()
+    params = net.init(key, jnp.float64(1.0))
+    alpha = lambda r: net.apply(params, r)
+    q = lambda r: net.apply(params, r, method=E.ClassK.slope)
+    assert float(alpha(jnp.float64(0.0))) == 0.0
+    grid = jnp.linspace(0.0, 10.0, 41)
+    values = jax.vmap(alpha)(grid)
+    assert bool(jnp.all(jnp.diff(values) > 0))
+    fine = jnp.linspace(0.0, 3.0, 200_001)
+    reference = jnp.trapezoid(jax.vmap(q)(fine), fine)
+    assert float(alpha(jnp.float64(3.0))) == pytest.approx(float(reference), rel=1e-6)
+    np.testing.assert_allclose(jax.grad(alpha)(jnp.float64(2.0)), q(jnp.float64(2.0)), rtol=1e-6)
+
+
+def test_projection_enforces_the_decrease_condition(key):
+    system = E.lorenz()
+    ctrl_net, v_net = E.Controller(3), E.ICNNLyapunov()
+    k1, k2, k3 = jax.random.split(key, 3)
+    params = {"c": ctrl_net.init(k1, jnp.zeros(3)), "v": v_net.init(k2, jnp.zeros(3))}
+    controller = lambda p, x: ctrl_net.apply(p["c"], x)
+    lyapunov = lambda p, x: v_net.apply(p["v"], x)
+    projected = E.project(controller, lyapunov, system)
+    xs = jax.random.uniform(k3, (2000, 3), jnp.float64, -10, 10)
+    before = jax.vmap(
+        lambda x: E.lie_derivative(system, controller, lyapunov)(params, x) + lyapunov(params, x)
+    )(xs)
+    after = jax.vmap(
+        lambda x: E.lie_derivative(system, projected, lyapunov)(params, x) + lyapunov(params, x)
+    )(xs)
+    assert float((before > 0).mean()) > 0.1  # the raw controller violates it somewhere
+    vals = jax.vmap(lambda x: lyapunov(params, x))(xs)
+    assert bool(jnp.all(after <= 1e-9 * (1 + jnp.abs(vals))))
+    # unchanged where the condition already holds; idempotent; finite at the origin
+    u = jax.vmap(lambda x: controller(params, x))(xs)
+    pu = jax.vmap(lambda x: projected(params, x))(xs)
+    np.testing.assert_allclose(pu[before <= 0], u[before <= 0], atol=1e-12)
+    twice = E.project(projected, lyapunov, system)
+    np.testing.assert_allclose(
+        jax.vmap(lambda x: twice(params, x))(xs[:100]), pu[:100], rtol=1e-9, atol=1e-9
+    )
+    grads = jax.grad(lambda p: projected(p, jnp.zeros(3)).sum())(params)
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))
+
+
+def test_lqr_solves_the_riccati_equation():
+    system = E.lorenz()
+    Q, R = np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3)
+    gains = E.lqr(system, Q, R)
+    A, B = (np.asarray(m) for m in system.linearization())
+    np.testing.assert_allclose(A, [[-10, 10, 0], [28, -1, 0], [0, 0, -8 / 3]], atol=1e-12)
+    S = gains.S
+    residual = A.T @ S + S @ A - S @ B @ np.linalg.solve(R, B.T) @ S + Q
+    np.testing.assert_allclose(residual, 0.0, atol=1e-8)
+    assert np.all(np.linalg.eigvals(A - B @ gains.K).real < 0)
+    with pytest.raises(ValueError, match="`Q` must be"):
+        E.lqr(system, np.eye(2), R)
+
+
+def test_lqr_etc_simulation_stabilises_with_positive_inter_event_times():
+    system = E.lorenz()
+    gains = E.lqr(system, np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3))
+    event = E.lqr_event(system, gains, 0.9)
+    traj = E.simulate_etc(
+        system,
+        gains.controller,
+        event,
+        jnp.array([1.0, 2.0, 3.0]),
+        None,
+        2.0,
+        max_triggers=500,
+        n_grid=200,
+    )
+    n = int(traj.n_triggers)
+    times = np.asarray(traj.trigger_times[:n])
+    assert 0 < n < 500 and np.all(np.diff(np.concatenate([[0.0], times])) > 0)
+    assert float(jnp.linalg.norm(traj.final_state)) < 1e-3
+    assert not bool(jnp.isnan(traj.states).any())
+    # between triggers x + e is held: the trajectory at trigger times matches the grid continuity
+    assert float(jnp.linalg.norm(traj.states[0] - jnp.array([1.0, 2.0, 3.0]))) < 1e-12
+
+
+def test_grn_target_is_an_equilibrium():
+    system = E.grn()
+    np.testing.assert_allclose(system.drift(jnp.zeros(2)), 0.0, atol=1e-12)
+    assert system.actuator(jnp.zeros(2)).shape == (2, 1)
+
+
+def test_bad_inputs_raise():
+    system = E.lorenz()
+    gains = E.lqr(system, np.eye(3), np.eye(3))
+    event = E.lqr_event(system, gains, 0.5)
+    with pytest.raises(ValueError, match="`x0` must be finite"):
+        E.simulate_etc(system, gains.controller, event, jnp.array([jnp.nan, 0.0, 0.0]), None, 1.0)
+    with pytest.raises(ValueError, match=r"`x0` must have shape \(3,\)"):
+        E.simulate_etc(system, gains.controller, event, jnp.zeros(2), None, 1.0)
+    with pytest.raises(ValueError, match="`sigma` must be in"):
+        E.pi_event(system, gains.controller, gains.lyapunov, 1.5)
