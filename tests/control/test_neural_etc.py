@@ -86,8 +86,8 @@ def test_icnn_properties(key):
     xs = jax.random.normal(key, (50, 3)) * 5
     vals = jax.vmap(V)(xs)
     assert bool(jnp.all(vals >= 1e-3 * jnp.sum(xs**2, axis=1) - 1e-12))
-    for x in xs[:5]:
-        assert float(jnp.linalg.eigvalsh(jax.hessian(V)(x)).min()) >= -1e-9  # convex
+    hessians = jax.jit(jax.vmap(jax.hessian(V)))(xs[:5])
+    assert float(jnp.linalg.eigvalsh(hessians).min()) >= -1e-9  # convex
 
 
 def test_smooth_relu_is_c1():
@@ -137,22 +137,28 @@ def test_projection_enforces_the_decrease_condition(key):
     lyapunov = lambda p, x: v_net.apply(p["v"], x)
     projected = E.project(controller, lyapunov, system)
     xs = jax.random.uniform(k3, (2000, 3), jnp.float64, -10, 10)
-    before = jax.vmap(
-        lambda x: E.lie_derivative(system, controller, lyapunov)(params, x) + lyapunov(params, x)
+    before = jax.jit(
+        jax.vmap(
+            lambda x: (
+                E.lie_derivative(system, controller, lyapunov)(params, x) + lyapunov(params, x)
+            )
+        )
     )(xs)
-    after = jax.vmap(
-        lambda x: E.lie_derivative(system, projected, lyapunov)(params, x) + lyapunov(params, x)
+    after = jax.jit(
+        jax.vmap(
+            lambda x: E.lie_derivative(system, projected, lyapunov)(params, x) + lyapunov(params, x)
+        )
     )(xs)
     assert float((before > 0).mean()) > 0.1  # the raw controller violates it somewhere
-    vals = jax.vmap(lambda x: lyapunov(params, x))(xs)
+    vals = jax.jit(jax.vmap(lambda x: lyapunov(params, x)))(xs)
     assert bool(jnp.all(after <= 1e-9 * (1 + jnp.abs(vals))))
     # unchanged where the condition already holds; idempotent; finite at the origin
-    u = jax.vmap(lambda x: controller(params, x))(xs)
-    pu = jax.vmap(lambda x: projected(params, x))(xs)
+    u = jax.jit(jax.vmap(lambda x: controller(params, x)))(xs)
+    pu = jax.jit(jax.vmap(lambda x: projected(params, x)))(xs)
     np.testing.assert_allclose(pu[before <= 0], u[before <= 0], atol=1e-12)
     twice = E.project(projected, lyapunov, system)
     np.testing.assert_allclose(
-        jax.vmap(lambda x: twice(params, x))(xs[:100]), pu[:100], rtol=1e-9, atol=1e-9
+        jax.jit(jax.vmap(lambda x: twice(params, x)))(xs[:100]), pu[:100], rtol=1e-9, atol=1e-9
     )
     grads = jax.grad(lambda p: projected(p, jnp.zeros(3)).sum())(params)
     assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))
@@ -211,3 +217,90 @@ def test_bad_inputs_raise():
         E.simulate_etc(system, gains.controller, event, jnp.zeros(2), None, 1.0)
     with pytest.raises(ValueError, match="`sigma` must be in"):
         E.pi_event(system, gains.controller, gains.lyapunov, 1.5)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def test_mc_training_reduces_its_loss_and_keeps_alpha_class_k():
+    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
+
+    cfg = ETCConfig(
+        method="mc",
+        n_samples=256,
+        lyapunov_hidden=(16, 1),
+        controller_hidden=(16, 16),
+        alpha_hidden=(8, 8),
+    )
+    trainer = make_trainer(E.lorenz(), cfg)
+    state = trainer.init(jax.random.key(0))
+    final, metrics = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 60))(state)
+    assert float(metrics["loss"][-1]) < 0.2 * float(metrics["loss"][0])
+    alpha = lambda r: trainer.model.alpha(final.params, r)
+    assert float(alpha(jnp.float64(0.0))) == 0.0
+    assert bool(jnp.all(jnp.diff(jax.vmap(alpha)(jnp.linspace(0.0, 10.0, 21))) > 0))
+
+
+def test_pi_event_step_has_finite_gradients_and_uses_trigger_times():
+    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
+
+    cfg = ETCConfig(
+        method="pi",
+        n_samples=64,
+        event_batch=2,
+        lyapunov_hidden=(8, 1),
+        controller_hidden=(8, 8),
+        event_weight=0.05,
+        t_max=2.0,
+    )
+    trainer = make_trainer(E.lorenz(), cfg, E.SolverConfig(rtol=1e-5, atol=1e-5))
+    state = trainer.init(jax.random.key(1))
+    state, _ = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 30))(state)
+    new, metrics = jax.jit(trainer.event_step)(state)
+    assert np.isfinite(float(metrics["event"])) and float(metrics["event"]) > 0
+    assert int(new.step) == int(state.step) + 1
+    moved = jax.tree_util.tree_map(
+        lambda a, b: float(jnp.abs(a - b).max()), new.params, state.params
+    )
+    assert all(np.isfinite(v) for v in jax.tree_util.tree_leaves(moved))
+    assert max(jax.tree_util.tree_leaves(moved)) > 0
+
+
+def test_trainer_rejects_bad_config():
+    from jaxlab.control.neural_etc.train import ETCConfig
+
+    with pytest.raises(ValueError, match="`method` must be"):
+        ETCConfig(method="rl")
+    with pytest.raises(ValueError, match="`sigma` must be in"):
+        ETCConfig(sigma=1.0)
+
+
+def test_neural_event_time_gradient_matches_finite_differences():
+    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
+
+    cfg = ETCConfig(method="pi", n_samples=64, lyapunov_hidden=(8, 1), controller_hidden=(8, 8))
+    trainer = make_trainer(E.lorenz(), cfg)
+    state = trainer.init(jax.random.key(1))
+    state, _ = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 100))(state)
+    field = E.augmented_field(E.lorenz(), trainer.model.controller)
+    solver = E.SolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
+    x0 = jnp.array([1.0, -2.0, 3.0])
+    t_of = jax.jit(
+        lambda p: E.first_trigger_time(field, trainer.model.event, x0, p, 5.0, solver)[0]
+    )
+    grad = jax.grad(t_of)(state.params)
+    leaves, treedef = jax.tree_util.tree_flatten(state.params)
+    keys = jax.random.split(jax.random.key(2), len(leaves))
+    direction = jax.tree_util.tree_unflatten(
+        treedef, [jax.random.normal(k, leaf.shape) for k, leaf in zip(keys, leaves, strict=True)]
+    )
+    along = sum(
+        float(jnp.vdot(g, d))
+        for g, d in zip(
+            jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(direction), strict=True
+        )
+    )
+    eps = 1e-6
+    shift = lambda s: jax.tree_util.tree_map(lambda p, d: p + s * d, state.params, direction)
+    fd = (float(t_of(shift(eps))) - float(t_of(shift(-eps)))) / (2 * eps)
+    assert along == pytest.approx(fd, rel=1e-4)

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import diffrax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optimistix as optx
 
 from jaxlab.control.neural_etc.systems import ControlSystem
@@ -110,7 +111,7 @@ def mc_event(
 
 def check_finite(x: jax.Array, name: str) -> None:
     """Raise ``ValueError`` naming ``name`` if a concrete ``x`` has NaN/inf (no-op under tracing)."""
-    if not isinstance(x, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(x))):
+    if not isinstance(x, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(x))):
         raise ValueError(f"`{name}` must be finite, got {x}.")
 
 
