@@ -62,6 +62,10 @@ class SolverConfig(NamedTuple):
     root_tol: float = 1e-10
 
 
+TRAINING_SOLVER = SolverConfig()
+EVALUATION_SOLVER = SolverConfig(rtol=1e-8, atol=1e-8)
+
+
 def _split(y: jax.Array) -> tuple[jax.Array, jax.Array]:
     n = y.shape[-1] // 2
     return y[..., :n], y[..., n:]
@@ -110,7 +114,7 @@ def mc_event(
 
 
 def check_finite(x: jax.Array, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` if a concrete ``x`` has NaN/inf (no-op under tracing)."""
+    """Raise ``ValueError`` naming ``name`` if a concrete ``x`` has NaN/inf (skipped if traced)."""
     if not isinstance(x, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(x))):
         raise ValueError(f"`{name}` must be finite, got {x}.")
 
@@ -151,7 +155,7 @@ def first_trigger_time(
     x0: jax.Array,
     params: Params,
     t_max: float,
-    solver_cfg: SolverConfig = SolverConfig(),
+    solver_cfg: SolverConfig = TRAINING_SOLVER,
 ) -> tuple[jax.Array, jax.Array]:
     """First trigger time ``t1`` from ``(x0, e = 0)``, differentiable in ``params`` (and ``x0``).
 
@@ -219,7 +223,7 @@ def simulate_etc(
     horizon: float,
     max_triggers: int = 2000,
     n_grid: int = 1000,
-    solver_cfg: SolverConfig = SolverConfig(rtol=1e-8, atol=1e-8),
+    solver_cfg: SolverConfig = EVALUATION_SOLVER,
     nudge: float = 1e-7,
 ) -> ETCTrajectory:
     """Simulate the event-triggered closed loop on ``[0, horizon]`` (a ``lax.while_loop``).
