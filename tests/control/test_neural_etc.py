@@ -181,7 +181,7 @@ def test_lqr_solves_the_riccati_equation():
 def test_lqr_etc_simulation_stabilises_with_positive_inter_event_times():
     system = E.lorenz()
     gains = E.lqr(system, np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3))
-    event = E.lqr_event(system, gains, 0.9)
+    event = E.lqr_event(system, gains, 0.1)  # 90% slack: few triggers
     traj = E.simulate_etc(
         system,
         gains.controller,
