@@ -304,3 +304,24 @@ def test_neural_event_time_gradient_matches_finite_differences():
     shift = lambda s: jax.tree_util.tree_map(lambda p, d: p + s * d, state.params, direction)
     fd = (float(t_of(shift(eps))) - float(t_of(shift(-eps)))) / (2 * eps)
     assert along == pytest.approx(fd, rel=1e-4)
+
+
+def test_sharded_mc_loss_equals_unsharded(mesh):
+    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
+    from jaxlab.core import sharding
+
+    cfg = ETCConfig(
+        method="mc",
+        n_samples=64,
+        lyapunov_hidden=(8, 1),
+        controller_hidden=(8, 8),
+        alpha_hidden=(4, 4),
+    )
+    trainer = make_trainer(E.lorenz(), cfg)
+    state = trainer.init(jax.random.key(4))
+    step = jax.jit(trainer.step)
+    _, plain = step(state)
+    sharded_state = state.replace(data=sharding.shard_batch(state.data, mesh))
+    new, sharded = step(sharded_state)
+    np.testing.assert_allclose(sharded["loss"], plain["loss"], rtol=1e-12)
+    assert new.data.sharding.spec[0] == "data" or not new.data.sharding.is_fully_replicated
