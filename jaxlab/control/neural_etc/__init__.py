@@ -3,9 +3,11 @@
 Yang, Zhang, Zhu, Lin, "Neural Event-Triggered Control with Optimal Scheduling". Official code:
 https://github.com/jingddong-zhang/Neural-Event-triggered-Control (PyTorch, float64).
 
-Status: the building blocks are here (systems, networks, event-triggered simulation with diffrax,
-differentiable first-trigger times, the projection, the LQR baseline); the training loops,
-experiment and benchmark are not yet (see the issue notes).
+Contents: systems (:mod:`.systems`), networks (:mod:`.models`), event-triggered simulation and
+differentiable first-trigger times with diffrax (:mod:`.events`), the projection
+(:mod:`.projection`), the LQR baseline (:mod:`.lqr`) and the MC / PI / NLC trainers
+(:mod:`.train`). The paper's headline (about 10x fewer triggers than the baselines) is not yet
+reproduced here; see the README's method table.
 
 Simulations are meant to run in float64: wrap calls in ``with jax.enable_x64(True):`` and pass
 float64 states (the library never switches x64 on globally).
