@@ -325,3 +325,47 @@ def test_sharded_mc_loss_equals_unsharded(mesh):
     new, sharded = step(sharded_state)
     np.testing.assert_allclose(sharded["loss"], plain["loss"], rtol=1e-12)
     assert new.data.sharding.spec[0] == "data" or not new.data.sharding.is_fully_replicated
+
+
+def test_inter_event_times_respect_the_theorem_3_2_bound():
+    """x' = a x + u, u = -k x(t_k), h = c2 e^2 - c1 x^2: tau = log[(P+1)/(P + l_u/(1+l_u))]/l_f."""
+    a, k, c1, c2 = 1.0, 3.0, 1.0, 4.0
+    P, l_f, l_u = np.sqrt(c2 / c1), max(abs(a), 1.0), k
+    tau = np.log((P + 1) / (P + l_u / (1 + l_u))) / l_f
+    exact = np.log((k - a * P / (P + 1)) / (k - a)) / a  # every gap, by scale invariance
+    system = linear_system(a)
+    controller = lambda p, x: -k * x
+    event = lambda y, p: c2 * y[1] ** 2 - c1 * y[0] ** 2
+    simulate = jax.jit(
+        jax.vmap(
+            lambda x0: E.simulate_etc(
+                system, controller, event, x0, None, 1.0, max_triggers=20, n_grid=20
+            )
+        )
+    )
+    traj = simulate(jnp.array([[1.0], [-3.0], [0.2]]))
+    for i in range(3):
+        n = int(traj.n_triggers[i])
+        gaps = np.diff(np.concatenate([[0.0], np.asarray(traj.trigger_times[i, :n])]))
+        assert n >= 5 and np.all(gaps >= tau)
+        np.testing.assert_allclose(gaps, exact, rtol=1e-5)
+
+
+def test_projected_controller_gives_exponential_decay(key):
+    system = E.lorenz()
+    ctrl_net, v_net = E.Controller(3, (16, 16)), E.ICNNLyapunov((16, 1))
+    k1, k2 = jax.random.split(key)
+    params = {"c": ctrl_net.init(k1, jnp.zeros(3)), "v": v_net.init(k2, jnp.zeros(3))}
+    lyapunov = lambda p, x: v_net.apply(p["v"], x)
+    projected = E.project(lambda p, x: ctrl_net.apply(p["c"], x), lyapunov, system)
+    sigma = 0.5
+    event = E.pi_event(system, projected, lyapunov, sigma)
+    x0 = jnp.array([3.0, -4.0, 5.0])
+    traj = jax.jit(
+        lambda x: E.simulate_etc(
+            system, projected, event, x, params, 0.5, max_triggers=300, n_grid=100
+        )
+    )(x0)
+    values = jax.vmap(lambda x: lyapunov(params, x))(traj.states)
+    bound = lyapunov(params, x0) * jnp.exp(-(1 - sigma) * traj.grid) * (1 + 1e-6)
+    assert bool(jnp.all(values <= bound))
