@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from jaxlab.control import neural_etc as E
+from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
+from jaxlab.core import sharding
 
 
 @pytest.fixture(autouse=True)
@@ -223,8 +225,6 @@ def test_bad_inputs_raise():
 
 
 def test_mc_training_reduces_its_loss_and_keeps_alpha_class_k():
-    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
-
     cfg = ETCConfig(
         method="mc",
         n_samples=256,
@@ -242,8 +242,6 @@ def test_mc_training_reduces_its_loss_and_keeps_alpha_class_k():
 
 
 def test_pi_event_step_has_finite_gradients_and_uses_trigger_times():
-    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
-
     cfg = ETCConfig(
         method="pi",
         n_samples=64,
@@ -267,7 +265,6 @@ def test_pi_event_step_has_finite_gradients_and_uses_trigger_times():
 
 
 def test_trainer_rejects_bad_config():
-    from jaxlab.control.neural_etc.train import ETCConfig
 
     with pytest.raises(ValueError, match="`method` must be"):
         ETCConfig(method="rl")
@@ -276,8 +273,6 @@ def test_trainer_rejects_bad_config():
 
 
 def test_neural_event_time_gradient_matches_finite_differences():
-    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
-
     cfg = ETCConfig(method="pi", n_samples=64, lyapunov_hidden=(8, 1), controller_hidden=(8, 8))
     trainer = make_trainer(E.lorenz(), cfg)
     state = trainer.init(jax.random.key(1))
@@ -307,9 +302,6 @@ def test_neural_event_time_gradient_matches_finite_differences():
 
 
 def test_sharded_mc_loss_equals_unsharded(mesh):
-    from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
-    from jaxlab.core import sharding
-
     cfg = ETCConfig(
         method="mc",
         n_samples=64,
