@@ -27,7 +27,9 @@ class ControlSystem(NamedTuple):
       drift: ``f: [n] -> [n]`` with ``f(0) = 0`` (target at the origin).
       actuator: ``g: [n] -> [n, m]``.
       domain: half-width ``r`` of the training box ``[-r, r]^n``.
-      linearization: ``(A, B)``, the Jacobians of ``f`` and ``g(0)`` at the origin.
+
+    Methods: :meth:`field` ``f(x) + g(x) u``; :meth:`linearization` ``(A, B)``, the Jacobian of
+    ``f`` and ``g`` at the origin.
     """
 
     name: str
