@@ -91,7 +91,7 @@ def _perturbation(system, controller, lyapunov, y, params):
 
 def pi_event(system: ControlSystem, controller: ParamFn, lyapunov: ParamFn, sigma: float) -> YFn:
     """PI event ``h(y, params) = grad V . g [u(x+e) - u(x)] - sigma V(x)`` (``0 < sigma < 1``)."""
-    _check_sigma(sigma)
+    check_sigma(sigma)
 
     def event(y, params):
         x, pert = _perturbation(system, controller, lyapunov, y, params)
@@ -104,7 +104,7 @@ def mc_event(
     system: ControlSystem, controller: ParamFn, lyapunov: ParamFn, alpha: ParamFn, sigma: float
 ) -> YFn:
     """MC event ``h(y, params) = grad V . g [u(x+e) - u(x)] - sigma alpha(||x||)``."""
-    _check_sigma(sigma)
+    check_sigma(sigma)
 
     def event(y, params):
         x, pert = _perturbation(system, controller, lyapunov, y, params)
@@ -119,7 +119,8 @@ def check_finite(x: jax.Array, name: str) -> None:
         raise ValueError(f"`{name}` must be finite, got {x}.")
 
 
-def _check_sigma(sigma: float) -> None:
+def check_sigma(sigma: float) -> None:
+    """Raise ``ValueError`` unless the event parameter ``sigma`` is in (0, 1)."""
     if not 0.0 < sigma < 1.0:
         raise ValueError(f"`sigma` must be in (0, 1), got {sigma}.")
 

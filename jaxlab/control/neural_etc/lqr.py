@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.linalg
 
+from jaxlab.control.neural_etc.events import check_sigma
 from jaxlab.control.neural_etc.systems import ControlSystem
 
 __all__ = ["LQR", "lqr", "lqr_event"]
@@ -52,8 +53,7 @@ def lqr(system: ControlSystem, Q: np.ndarray, R: np.ndarray) -> LQR:
 
 def lqr_event(system: ControlSystem, gains: LQR, sigma: float):
     """The LQR event function ``h(y, params)`` on ``y = (x, e)``."""
-    if not 0.0 < sigma < 1.0:
-        raise ValueError(f"`sigma` must be in (0, 1), got {sigma}.")
+    check_sigma(sigma)
 
     def event(y, params):
         n = y.shape[-1] // 2

@@ -33,6 +33,7 @@ from flax import struct
 from jaxlab.control.neural_etc.events import (
     SolverConfig,
     augmented_field,
+    check_sigma,
     first_trigger_time,
     mc_event,
     pi_event,
@@ -81,8 +82,7 @@ class ETCConfig:
     def __post_init__(self):
         if self.method not in ("mc", "pi", "nlc"):
             raise ValueError(f"`method` must be 'mc', 'pi' or 'nlc', got {self.method!r}.")
-        if not 0.0 < self.sigma < 1.0:
-            raise ValueError(f"`sigma` must be in (0, 1), got {self.sigma}.")
+        check_sigma(self.sigma)
         for name in ("n_samples", "event_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
