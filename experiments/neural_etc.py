@@ -12,11 +12,26 @@ Methods, trained on the same seed and evaluated on the same test initial states 
 - ``etc_pi_projected``: the PI controller passed through the analytic projection (Thm 4.1);
 - ``nlc``: neural Lyapunov control with the standard relative event rule;
 - ``lqr``: LQR on the linearisation with the Heemels-style rule (sigma = 0.99: the sampling error
-  may use only 1% of the LQR decrease before a trigger).
+  may use only 1% of the LQR decrease before a trigger);
+- ``lqr_official`` (extra): the LQR baseline exactly as the official ``lorenz/LQR.py`` runs it,
+  which differs from the rule above in two ways that we reproduce only to explain the paper's
+  LQR row (2000 triggers): the control is ``u = +K x`` (the MATLAB gain with the sign of
+  ``u = -K x`` applied as positive feedback, so the loop is unstable) and the event term
+  ``2 x^T S K e`` is computed as ``2 x_1 sum(S K e)`` (the scalar first coordinate instead of the
+  state vector).
+
+Choices (see the module docstring of :mod:`jaxlab.control.neural_etc.train`): every learner
+draws fresh training states each step (``resample``; with the official fixed sample the MC
+controller kept spurious equilibria between samples in 4 of 6 seeds), and PI uses the official
+code's event-time gradient (``pi_state_gradient_only``: torchdiffeq gives no gradient through the
+event function's own parameters) with its lambda_2 = 0.05; the full preset also trains PI with the
+full implicit-function gradient at lambda_2 in {0.005, 0.05} (``pi_ift_ablation``).
 
 Metrics per method: ``triggers`` (mean count over test states), ``min_inter_event`` (smallest
 inter-event time over all test states), ``temporal_mse`` (mean ``||x(t)||^2`` on [1.8, 2]),
-``mse_at_10th_trigger``, ``train_seconds`` (wall, including compilation) and ``violation_rate``
+``mse_at_10th_trigger``, ``diverged`` (test states whose run left the ball of radius
+``escape_radius``; their trigger count stops there and ``temporal_mse`` is null),
+``solver_ok``, ``train_seconds`` (wall, including compilation) and ``violation_rate``
 (fraction of 1e5 uniform points of the box violating the method's own decrease condition:
 ``L V + V <= 0`` for PI and projected PI, ``L V + alpha(||x||) <= 0`` for MC, ``L V < 0`` for NLC
 and LQR).
@@ -41,7 +56,7 @@ from jaxlab.core.training import run_chunked
 NAME = "neural_etc"
 PAPER = "Yang, Zhang, Zhu, Lin, Neural Event-Triggered Control with Optimal Scheduling (ICML 2025)"
 CLAIM = "Neural ETC stabilises Lorenz with ~10x fewer triggers than NLC/LQR event-triggered control"
-METHODS = ("etc_mc", "etc_pi", "etc_pi_projected", "nlc", "lqr")
+METHODS = ("etc_mc", "etc_pi", "etc_pi_projected", "nlc", "lqr", "lqr_official")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +73,11 @@ class Config:
       learning_rate: Adam step size for every learner.
       sigma, lqr_sigma: event parameters.
       n_violation_points: uniform points for ``violation_rate``.
+      escape_radius: a simulation stops, flagged diverged, once ``||x||`` exceeds this.
       mc_sigma_ablation: extra sigmas to train MC with (full preset).
+      pi_ift_ablation: lambda_2 values to train PI with the full IFT event-time gradient (full).
+      resample: fresh training states every step for every learner.
+      pi_state_gradient_only: PI event-time gradient as in the official code.
     """
 
     seed: int = 0
@@ -81,7 +100,11 @@ class Config:
     sigma: float = 0.5
     lqr_sigma: float = 0.99
     n_violation_points: int = 100_000
+    escape_radius: float = 1000.0
     mc_sigma_ablation: tuple[float, ...] = ()
+    pi_ift_ablation: tuple[float, ...] = ()
+    resample: bool = True
+    pi_state_gradient_only: bool = True
 
 
 PRESETS = {
@@ -92,6 +115,7 @@ PRESETS = {
         pi_event_steps=100,
         nlc_steps=600,
         mc_sigma_ablation=(0.3, 0.5, 0.8),
+        pi_ift_ablation=(0.005, 0.05),
     ),  # fmt: skip
 }
 
@@ -117,7 +141,7 @@ def _evaluate(system, controller, event, params, x0s, config: Config) -> dict:
         jax.vmap(
             lambda x0: E.simulate_etc(
                 system, controller, event, x0, params, config.horizon, config.max_triggers,
-                config.n_grid,
+                config.n_grid, escape_radius=config.escape_radius,
             )
         )
     )  # fmt: skip
@@ -138,8 +162,11 @@ def _evaluate(system, controller, event, params, x0s, config: Config) -> dict:
         "triggers_per_state": n.tolist(),
         "min_inter_event": float(min(min_gap)),
         "min_inter_event_per_state": min_gap,
-        "temporal_mse": float(np.nanmean(np.sum(states[:, late] ** 2, axis=-1))),
+        # nan (written as null) if a run diverged: its states after the escape are nan
+        "temporal_mse": float(np.mean(np.sum(states[:, late] ** 2, axis=-1))),
+        "diverged": int(np.sum(np.asarray(traj.diverged))),
         "mse_at_10th_trigger": tenth,
+        "solver_ok": bool(np.all(np.asarray(traj.ok))),
         "_traj": traj,
     }
 
@@ -163,7 +190,7 @@ def _run(config: Config, out_dir: Path) -> dict:
     points = jax.random.uniform(jax.random.key(config.seed + 2000),
                                 (config.n_violation_points, 3), jnp.float64, -r, r)  # fmt: skip
     results, trajectories = {}, {}
-    common = dict(learning_rate=config.learning_rate, sigma=config.sigma)
+    common = dict(learning_rate=config.learning_rate, sigma=config.sigma, resample=config.resample)
 
     # Neural ETC, Monte Carlo
     mc_cfg = ETCConfig(method="mc", n_samples=config.mc_samples, event_weight=config.mc_weight,
@@ -180,7 +207,8 @@ def _run(config: Config, out_dir: Path) -> dict:
     # Neural ETC, path integral (+ projection at evaluation)
     pi_cfg = ETCConfig(method="pi", n_samples=config.pi_samples, event_weight=config.pi_weight,
                        warmup_steps=config.pi_warmup, event_steps=config.pi_event_steps,
-                       event_batch=config.pi_batch, **common)  # fmt: skip
+                       event_batch=config.pi_batch,
+                       state_gradient_only=config.pi_state_gradient_only, **common)  # fmt: skip
     pi, pi_state, secs, _ = _train(system, pi_cfg, key, config.pi_warmup, config.pi_event_steps,
                                    out_dir=out_dir, tag="pi")  # fmt: skip
     m = pi.model
@@ -221,6 +249,29 @@ def _run(config: Config, out_dir: Path) -> dict:
     res["violation_rate"] = _violation_rate(lie, None, points)
     results["lqr"] = {**res, "train_seconds": secs}
 
+    # the official LQR baseline as run (positive feedback, scalar x_1 in the event; see above)
+    K, S, Q1 = (jnp.asarray(m) for m in (gains.K, gains.S, gains.Q1))
+
+    def lqr_official_event(y, _):
+        x, e = y[:3], y[3:]
+        return (config.lqr_sigma - 1.0) * x @ Q1 @ x + 2.0 * x[0] * jnp.sum(S @ (K @ e))
+
+    res = _evaluate(system, lambda p, x: K @ x, lqr_official_event, None, x0s, config)
+    res["violation_rate"] = _violation_rate(
+        E.lie_derivative(system, lambda p, x: K @ x, gains.lyapunov), None, points
+    )
+    results["lqr_official"] = {**res, "train_seconds": secs}
+
+    pi_ift = {}
+    for weight in config.pi_ift_ablation:
+        cfg = dataclasses.replace(pi_cfg, event_weight=weight, state_gradient_only=False)
+        trainer, state, secs, _ = _train(system, cfg, key, config.pi_warmup, config.pi_event_steps,
+                                         out_dir=out_dir, tag=f"pi_ift{weight}")  # fmt: skip
+        res = _evaluate(system, trainer.model.controller, trainer.model.event, state.params, x0s,
+                        config)  # fmt: skip
+        pi_ift[str(weight)] = {k: v for k, v in res.items() if not k.startswith("_")}
+        pi_ift[str(weight)]["train_seconds"] = secs
+
     ablation = {}
     for sigma in config.mc_sigma_ablation:
         cfg = dataclasses.replace(mc_cfg, sigma=sigma)
@@ -244,6 +295,8 @@ def _run(config: Config, out_dir: Path) -> dict:
     }
     if ablation:
         metrics["mc_sigma_ablation"] = ablation
+    if pi_ift:
+        metrics["pi_ift_ablation"] = pi_ift
     _report(metrics, config, out_dir)
     return metrics
 
@@ -283,12 +336,12 @@ def _figures(trajectories: dict, config: Config, out_dir: Path) -> None:
 def _report(metrics: dict, config: Config, out_dir: Path) -> None:
     rows = [
         [name, r["triggers"], r["min_inter_event"], r["temporal_mse"], r["violation_rate"],
-         r["train_seconds"]]
+         r["train_seconds"], r["solver_ok"], r["diverged"]]
         for name, r in metrics["methods"].items()
     ]  # fmt: skip
     table = _common.markdown_table(
         ["method", "triggers (mean)", "min inter-event", "temporal MSE [1.8,2]", "violation rate",
-         "train s"], rows,
+         "train s", "solves ok", "diverged"], rows,
     )  # fmt: skip
     text = (
         f"Controlled Lorenz, {config.n_test_states} test states from seed {config.seed + 1000}, "
@@ -298,6 +351,12 @@ def _report(metrics: dict, config: Config, out_dir: Path) -> None:
     )
     sections = [table, text, "![trajectories](trajectories.png)",
                 "![inter-event times](inter_event_times.png)"]  # fmt: skip
+    if "pi_ift_ablation" in metrics:
+        sections.append(_common.markdown_table(
+            ["PI, full IFT gradient, lambda_2", "triggers", "min inter-event", "temporal MSE"],
+            [[w, r["triggers"], r["min_inter_event"], r["temporal_mse"]]
+             for w, r in metrics["pi_ift_ablation"].items()],
+        ))  # fmt: skip
     if "mc_sigma_ablation" in metrics:
         sections.append(_common.markdown_table(
             ["MC sigma", "triggers", "min inter-event", "temporal MSE"],

@@ -62,6 +62,23 @@ def test_no_trigger_returns_the_horizon_with_zero_gradient():
     assert float(jax.grad(lambda p: fn(p)[0])(jnp.float64(1.0))) == 0.0
 
 
+def test_vmapped_trigger_times_mix_fired_and_unfired_states():
+    # x' = x + u, u = -k x(t_k), P = 2: t1 = log((k - 2/3) / (k - 1)) = 0.288 (k=2), 0.065 (k=6)
+    system = linear_system(1.0)
+    field = E.augmented_field(system, lambda p, x: -p * x)
+    event = lambda y, p: 4.0 * y[1] ** 2 - y[0] ** 2
+    cfg = E.SolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
+    fn = lambda k: E.first_trigger_time(field, event, jnp.array([1.0]), k, 0.1, cfg)
+    ks = jnp.array([2.0, 6.0, 2.5])
+    t1, fired = jax.jit(jax.vmap(fn))(ks)
+    np.testing.assert_array_equal(np.asarray(fired), [False, True, False])
+    np.testing.assert_allclose(t1, [0.1, np.log((6 - 2 / 3) / 5), 0.1], atol=1e-8)
+    for k, t in zip(ks, t1, strict=True):  # batched == one at a time
+        np.testing.assert_allclose(fn(k)[0], t, atol=1e-12)
+    grads = jax.grad(lambda ks: jnp.sum(jax.vmap(fn)(ks)[0]))(ks)
+    assert np.all(np.isfinite(grads)) and float(grads[0]) == 0.0 and float(grads[1]) < 0
+
+
 def test_augmented_state_invariant_and_pi_event_sign(key):
     system = E.lorenz()
     ctrl_net, v_net = E.Controller(3), E.ICNNLyapunov()
@@ -201,6 +218,43 @@ def test_lqr_etc_simulation_stabilises_with_positive_inter_event_times():
     assert not bool(jnp.isnan(traj.states).any())
     # between triggers x + e is held: the trajectory at trigger times matches the grid continuity
     assert float(jnp.linalg.norm(traj.states[0] - jnp.array([1.0, 2.0, 3.0]))) < 1e-12
+
+
+def test_simulation_holds_the_control_after_the_trigger_cap():
+    system = E.lorenz()
+    gains = E.lqr(system, np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3))
+    event = E.lqr_event(system, gains, 0.1)
+    x0 = jnp.array([1.0, 2.0, 3.0])
+    run = lambda cap: E.simulate_etc(
+        system, gains.controller, event, x0, None, 1.0, max_triggers=cap, n_grid=101
+    )
+    capped, free = run(3), run(500)
+    assert int(capped.n_triggers) == 3 and int(free.n_triggers) > 3 and bool(capped.ok)
+    assert not bool(jnp.isnan(capped.states).any())  # covers [0, horizon] despite the cap
+    t3 = float(capped.trigger_times[2])
+    before = np.asarray(capped.grid) <= t3
+    np.testing.assert_allclose(capped.states[before], free.states[before], atol=1e-6)
+    # after the cap the last sample is held: x + e stays at the third trigger state
+    assert not np.allclose(capped.states[~before], free.states[~before], atol=1e-6)
+
+
+def test_simulation_stops_when_the_state_escapes():
+    system = linear_system(1.0)
+    event = lambda y, p: 4.0 * y[1] ** 2 - y[0] ** 2  # fires when |e| = |x| / 2
+    sim = lambda radius: E.simulate_etc(
+        system, lambda p, x: p * x, event, jnp.array([1.0]), 1.0, 5.0, max_triggers=200,
+        n_grid=101, escape_radius=radius,
+    )  # fmt: skip
+    traj = sim(10.0)  # positive feedback: x grows like e^{2t}
+    assert bool(traj.diverged) and bool(traj.ok)
+    n = int(traj.n_triggers)
+    t_stop = float(traj.trigger_times[n - 1])
+    assert float(jnp.abs(traj.trigger_states[n - 1, 0])) > 10.0
+    assert float(jnp.abs(traj.trigger_states[n - 2, 0])) <= 10.0
+    grid = np.asarray(traj.grid)
+    assert not np.isnan(np.asarray(traj.states)[grid <= t_stop]).any()
+    assert np.isnan(np.asarray(traj.states)[grid > t_stop]).all()
+    assert not bool(sim(float("inf")).diverged)
 
 
 def test_grn_target_is_an_equilibrium():

@@ -37,7 +37,8 @@ def test_tiny_neural_etc_run(tmp_path):
         assert 0 <= res["triggers"] <= 50, name
         assert 0 <= res["violation_rate"] <= 1, name
         assert res["min_inter_event"] is None or res["min_inter_event"] >= 0, name
+        assert isinstance(res["solver_ok"], bool), name
     assert metrics["violation_rate"]["etc_pi_projected"] == 0.0  # the projection's guarantee
-    assert np.isfinite(metrics["temporal_mse"]["lqr"])
+    assert np.isfinite(metrics["temporal_mse"]["lqr"]) and metrics["methods"]["lqr"]["solver_ok"]
     for name in ("report.md", "trajectories.png", "inter_event_times.png"):
         assert (tmp_path / name).exists(), name

@@ -14,7 +14,7 @@ crosses zero upwards (it starts negative at ``e = 0``):
 
 Functions here take the controller, Lyapunov function and class-K function as
 ``fn(params, x)`` so that trigger times are differentiable in the shared ``params`` pytree.
-Trigger times use a ``diffrax.Event`` with a Newton root finder; their gradient is the
+Trigger times use a ``diffrax.Event`` with a bisection root finder; their gradient is the
 implicit-function-theorem surrogate (spec, pitfalls):
 
     ``t~ = sg(t1) - (h(y(sg t1; theta); theta) - sg(h)) / sg(dh/dt)``,
@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
+from optimistix._solver.bisection import _BisectionState  # state layout of optx.Bisection
 
 from jaxlab.control.neural_etc.systems import ControlSystem
 
@@ -53,7 +54,13 @@ __all__ = [
 
 
 class SolverConfig(NamedTuple):
-    """ODE solver settings: adaptive Tsit5 with a PID controller and a Newton root finder."""
+    """ODE solver settings: adaptive Tsit5 with a PID controller and a bisection root finder.
+
+    The event root is bracketed by the step in which ``h`` changed sign; bisection on the dense
+    interpolant is used rather than Newton because ``h`` can be very steep inside a step (the
+    smoothed ReLU of the ICNN switches over a band of width 0.1), where Newton from the step
+    end fails and would report the step end as the trigger time.
+    """
 
     rtol: float = 1e-6
     atol: float = 1e-6
@@ -125,13 +132,30 @@ def check_sigma(sigma: float) -> None:
         raise ValueError(f"`sigma` must be in (0, 1), got {sigma}.")
 
 
+class _BracketBisection(optx.Bisection):
+    """``optx.Bisection`` that accepts a bracket without a sign change.
+
+    diffrax runs the event root find on every element of a ``vmap``-ed solve once any element
+    fired; the others get a dummy function with no sign change on their last step, which
+    ``optx.Bisection`` rejects with an error. Here the orientation is simply read from the end
+    values, and the (unused) dummy results converge to a bracket end.
+    """
+
+    def init(self, fn, y, args, options, f_struct, aux_struct, tags):
+        lower = jnp.asarray(options["lower"], f_struct.dtype)
+        upper = jnp.asarray(options["upper"], f_struct.dtype)
+        flip = fn(lower, args)[0] > fn(upper, args)[0]
+        inf = jnp.array(jnp.inf, f_struct.dtype)
+        return _BisectionState(lower=lower, upper=upper, flip=flip, error=inf)
+
+
 def _solve(field, y0, params, t0, t1, solver_cfg, event=None, saveat=None):
     term = diffrax.ODETerm(lambda t, y, p: field(y, p))
     ev = None
     if event is not None:
         ev = diffrax.Event(
             cond_fn=lambda t, y, args, **kw: event(y, args),
-            root_finder=optx.Newton(rtol=solver_cfg.root_tol, atol=solver_cfg.root_tol),
+            root_finder=_BracketBisection(rtol=solver_cfg.root_tol, atol=solver_cfg.root_tol),
             direction=True,
         )
     return diffrax.diffeqsolve(
@@ -157,6 +181,7 @@ def first_trigger_time(
     params: Params,
     t_max: float,
     solver_cfg: SolverConfig = TRAINING_SOLVER,
+    state_gradient_only: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """First trigger time ``t1`` from ``(x0, e = 0)``, differentiable in ``params`` (and ``x0``).
 
@@ -165,6 +190,10 @@ def first_trigger_time(
       x0: ``[n]`` initial state.
       params: parameters passed to ``field`` and ``event``.
       t_max: horizon; without a trigger before it the result is ``t_max``.
+      state_gradient_only: drop the direct dependence of ``h`` on ``params`` from the gradient
+        (keep only ``grad_y h . dy(t1)/dparams``). This is what the official torchdiffeq code
+        computes, since ``odeint_event`` gives no gradient to event-function parameters that are
+        not in the ODE state (torchdiffeq #208); the default is the full IFT gradient.
 
     Returns:
       ``(t1, triggered)``: ``[]`` time (IFT gradient) and ``[]`` bool.
@@ -187,7 +216,7 @@ def first_trigger_time(
     t_stop = jnp.where(triggered, t_hit, t_max)
     # IFT surrogate: an event-free differentiable solve to the (fixed) trigger time
     y_stop = _solve(field, y0, params, 0.0, t_stop, solver_cfg).ys[-1]
-    h = event(y_stop, params)
+    h = event(y_stop, jax.lax.stop_gradient(params) if state_gradient_only else params)
     y_const = jax.lax.stop_gradient(y_stop)
     p_const = jax.lax.stop_gradient(params)
     h_dot = jax.grad(event)(y_const, p_const) @ field(y_const, p_const)
@@ -204,7 +233,10 @@ class ETCTrajectory(NamedTuple):
       trigger_states: ``[K, n]`` states at the triggers (``nan`` past ``n_triggers``).
       n_triggers: ``[]`` int, triggers after the initial sample at ``t = 0`` (capped at ``K``).
       grid: ``[G]`` times; ``states: [G, n]`` the state on the grid.
-      final_state: ``[n]`` state where the simulation stopped.
+      final_state: ``[n]`` state at the horizon (or where the run stopped, if it diverged).
+      ok: ``[]`` bool, every ODE solve and root find succeeded.
+      diverged: ``[]`` bool, ``||x||`` passed ``escape_radius`` at a trigger; the run stopped
+        there and ``states`` is ``nan`` after it.
     """
 
     trigger_times: jax.Array
@@ -213,6 +245,8 @@ class ETCTrajectory(NamedTuple):
     grid: jax.Array
     states: jax.Array
     final_state: jax.Array
+    ok: jax.Array
+    diverged: jax.Array
 
 
 def simulate_etc(
@@ -226,13 +260,19 @@ def simulate_etc(
     n_grid: int = 1000,
     solver_cfg: SolverConfig = EVALUATION_SOLVER,
     nudge: float = 1e-7,
+    escape_radius: float = float("inf"),
 ) -> ETCTrajectory:
     """Simulate the event-triggered closed loop on ``[0, horizon]`` (a ``lax.while_loop``).
 
     Each iteration integrates from the last trigger ``(t_k, x_k, e = 0)`` until the next event or
     the horizon; after a trigger ``e`` is reset and ``x`` nudged by ``nudge * x'`` (as the
-    official evaluator does, so the next segment does not fire at its start). At most
-    ``max_triggers`` triggers.
+    official evaluator does, so the next segment does not fire at its start). A segment that
+    fires at once (a Zeno-like burst) counts as a trigger like any other. After
+    ``max_triggers`` triggers the last control value is held, event-free, up to the horizon (as
+    in the official evaluator), so the trajectory always covers ``[0, horizon]``, unless the
+    state leaves the ball of radius ``escape_radius`` (checked at triggers and at the end of each
+    segment): then the run stops and is flagged ``diverged`` (an unstable loop otherwise spends
+    the whole trigger budget on ever stiffer solves).
     """
     x0 = jnp.asarray(x0)
     check_finite(x0, "x0")
@@ -243,36 +283,57 @@ def simulate_etc(
     grid = jnp.linspace(0.0, horizon, n_grid, dtype=dtype)
     n = system.state_dim
 
-    def cond(carry):
-        k, t, _, _, _, _, done = carry
-        return ~done & (k < max_triggers)
-
-    def body(carry):
-        k, t, x, times, states, traj, _ = carry
-        y0 = jnp.concatenate([x, jnp.zeros_like(x)])
+    def segment(t, y0, with_event):
         ts = jnp.clip(grid, t, horizon)
         # separate outputs: grid values (inf after an event) and the end point (event or horizon)
         saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
-        sol = _solve(field, y0, params, t, horizon, solver_cfg, event, saveat=saveat)
-        t_new = sol.ts[1][-1]
-        x_new = _split(sol.ys[1][-1])[0]
+        ev = event if with_event else None
+        sol = _solve(field, y0, params, t, horizon, solver_cfg, ev, saveat=saveat)
+        solved = (sol.result == diffrax.RESULTS.successful) | (
+            sol.result == diffrax.RESULTS.event_occurred
+        )  # a failed root find is promoted into `result`, so it counts as a failure here
+        return sol, sol.ts[1][-1], sol.ys[1][-1], solved
+
+    def cond(carry):
+        k, t, _, _, _, _, _, done, _ = carry
+        return ~done & (k < max_triggers)
+
+    def body(carry):
+        k, t, y, times, states, traj, ok, _, _ = carry
+        sol, t_new, y_new, solved = segment(t, y, True)
+        x_new = _split(y_new)[0]
         fired = jnp.asarray(sol.event_mask) & (t_new < horizon)
         seg = (grid >= t) & (grid <= t_new)
         traj = jnp.where(seg[:, None], _split(sol.ys[0])[0], traj)
         times = times.at[k].set(jnp.where(fired, t_new, jnp.inf))
         states = states.at[k].set(jnp.where(fired, x_new, jnp.nan))
         x_next = x_new + nudge * system.field(x_new, controller(params, x_new))
-        done = ~fired | (t_new <= t)  # horizon reached, solver gave up, or no progress
-        return k + fired.astype(k.dtype), t_new, x_next, times, states, traj, done
+        y_next = jnp.where(fired, jnp.concatenate([x_next, jnp.zeros_like(x_next)]), y_new)
+        escaped = ~(jnp.sqrt(jnp.sum(x_new * x_new)) <= escape_radius)  # also true for nan
+        done = ~fired | escaped
+        k = k + fired.astype(k.dtype)
+        return k, t_new, y_next, times, states, traj, ok & solved, done, escaped
 
     init = (
         jnp.zeros((), jnp.int32),
         jnp.zeros((), dtype),
-        x0,
+        jnp.concatenate([x0, jnp.zeros_like(x0)]),
         jnp.full((max_triggers,), jnp.inf, dtype),
         jnp.full((max_triggers, n), jnp.nan, dtype),
         jnp.full((n_grid, n), jnp.nan, dtype),
+        jnp.ones((), bool),
+        jnp.zeros((), bool),
         jnp.zeros((), bool),
     )
-    k, _, x_end, times, states, traj, _ = jax.lax.while_loop(cond, body, init)
-    return ETCTrajectory(times, states, k, grid, traj, x_end)
+    k, t, y, times, states, traj, ok, _, diverged = jax.lax.while_loop(cond, body, init)
+
+    def hold_to_horizon(traj):
+        # trigger cap reached: keep the last control value up to the horizon, no more events
+        sol, _, y_end, solved = segment(t, y, False)
+        traj = jnp.where((grid >= t)[:, None], _split(sol.ys[0])[0], traj)
+        return traj, y_end, solved
+
+    traj, y, solved = jax.lax.cond(
+        (t < horizon) & ~diverged, hold_to_horizon, lambda traj: (traj, y, jnp.ones((), bool)), traj
+    )
+    return ETCTrajectory(times, states, k, grid, traj, _split(y)[0], ok & solved, diverged)
