@@ -1,0 +1,362 @@
+"""DGBFGP on Health-Digits: future and new-subject prediction, epoch time vs N, interpretability.
+
+Run: ``python -m experiments run gp_vae --preset quick`` (about 2 minutes on 2 CPU cores) or
+``--preset full``.
+
+Data (:mod:`jaxlab.probabilistic.gp_vae.data`): ``P`` subjects x ``T = 20`` times of warped 8x8
+digits. Splits: 20% of subjects held out entirely (new-subject task: covariates only, subject
+effects at their prior mean 0); of the rest, the last 25% of each subject's times are the future
+task; the remaining observations train every model.
+
+Models, same decoder architecture and optimiser settings:
+
+- ``dgbfgp``: the basis-function GP prior VAE (components: subject id, SE(t), SE(age), sex,
+  disease, SE(t) x disease, SE(t) x id; ``M = 24``, ``J = 4``), exact ELBO, NumPyro SVI;
+- ``exact_gpvae``: amortised encoder + the exact additive GP prior over all training points
+  (Cholesky, ``O(N^3)`` per epoch);
+- ``cvae``: amortised conditional VAE with a learned prior ``p(z | x)``;
+- ``mlp``: covariates -> image regression.
+
+Metrics: ``mse_future`` and ``mse_new_subject`` (per pixel, against the observed images),
+``epoch_seconds`` = {model: {N: s}} for ``dgbfgp`` and ``exact_gpvae`` over ``scaling_sizes``
+(compile excluded, median of ``timing_repeats``; subjects are added with ``N``, 20 times each),
+their ``loglog_slope``, and ``component_corr``:
+the correlation between the principal-axis angle of images decoded from the SE(t) component alone
+and the true shared rotation ``25 sin(2 pi t)``. The full preset averages 3 seeds and adds the
+ablation without the SE(t) x disease component (future MSE of diseased subjects).
+
+The timing sweep also reports ``dgbfgp_without_t_x_id``: every SVI step samples, differentiates
+and updates all ``P x M x L`` weights of the SE(t) x subject component (its KL is global), so with
+subjects growing with ``N`` the per-step cost grows with ``N`` and the epoch time is superlinear;
+without that component the step cost is constant and the epoch time linear.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+
+from experiments import _common
+from jaxlab.probabilistic import gp_vae as G
+from jaxlab.probabilistic.gp_vae import baselines as B
+from jaxlab.probabilistic.gp_vae.data import TIME_MEAN, TIME_STD, health_digits, splits
+
+NAME = "gp_vae"
+PAPER = (
+    "Balik et al., Bayesian Basis Function Approximation for Scalable GP Priors in DGMs (ICML 2025)"
+)
+CLAIM = "A basis-function GP prior VAE predicts future and new-subject images better, linear in N"
+MODELS = ("dgbfgp", "exact_gpvae", "cvae", "mlp")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Health-Digits sizes, model and training settings.
+
+    Attributes:
+      seed: first seed; ``n_seeds`` consecutive seeds are averaged.
+      n_subjects, n_times: data size (``N = P T``).
+      latent_dim, num_basis, boundary, hidden, dropout: model sizes (shared where they apply).
+      epochs, batch_size, learning_rate, num_particles: DGBFGP / CVAE / MLP training.
+      exact_epochs: full-batch steps of the exact GP-prior VAE.
+      scaling_sizes: ``N`` values of the epoch-time sweep; timing_repeats: timed epochs per size.
+      ablation: also train DGBFGP without the SE(t) x disease component.
+    """
+
+    seed: int = 0
+    n_seeds: int = 1
+    n_subjects: int = 40
+    n_times: int = 20
+    latent_dim: int = 8
+    num_basis: int = 24
+    boundary: float = 4.0
+    hidden: tuple[int, ...] = (64, 64)
+    dropout: float = 0.1
+    epochs: int = 60
+    batch_size: int = 128
+    learning_rate: float = 5e-3
+    num_particles: int = 3
+    exact_epochs: int = 300
+    scaling_sizes: tuple[int, ...] = (1000, 2000, 4000)
+    timing_repeats: int = 3
+    ablation: bool = False
+
+
+PRESETS = {
+    "quick": Config(),
+    "full": Config(
+        n_seeds=3,
+        n_subjects=200,
+        epochs=300,
+        exact_epochs=600,
+        scaling_sizes=(1000, 2000, 4000, 8000, 16000),
+        ablation=True,
+    ),  # fmt: skip
+}
+
+
+def components(cfg: Config, n_subjects: int, with_disease_interaction: bool = True):
+    m, j = cfg.num_basis, cfg.boundary
+    comps = [
+        G.categorical("id", 2, n_subjects, subject=True),
+        G.se("t", 0, m, j),
+        G.se("age", 1, m, j),
+        G.binary("sex", 0),
+        G.binary("disease", 1),
+        G.se_x_categorical("t_x_disease", 0, 1, 2, m, j),
+        G.se_x_categorical("t_x_id", 0, 2, n_subjects, m, j, subject=True),
+    ]
+    if not with_disease_interaction:
+        comps = [c for c in comps if c.name != "t_x_disease"]
+    return tuple(comps)
+
+
+def _dgbfgp(cfg: Config, comps, n_train: int):
+    model = G.make_model(
+        G.GPVAEConfig(comps, latent_dim=cfg.latent_dim, output_dim=64, decoder_hidden=cfg.hidden,
+                      dropout=cfg.dropout, num_particles=cfg.num_particles)
+    )  # fmt: skip
+    batch = min(cfg.batch_size, n_train)
+    return model, G.make_trainer(model, n_train, batch, cfg.learning_rate)
+
+
+def _fit_dgbfgp(cfg, comps, cov, y, key):
+    model, trainer = _dgbfgp(cfg, comps, cov.num_rows)
+    state = trainer.init(key, cov, y)
+    run = jax.jit(lambda s: jax.lax.scan(trainer.epoch, s, None, length=cfg.epochs))
+    state, metrics = run(state)
+    return model, trainer.params(state), np.asarray(metrics["loss"])
+
+
+def _mse(pred, y) -> float:
+    return float(jnp.mean((jnp.asarray(pred) - jnp.asarray(y)) ** 2))
+
+
+def _principal_angle(images: np.ndarray) -> np.ndarray:
+    """Orientation (degrees) of each ``[64]`` image's intensity mass (second moments)."""
+    yy, xx = np.mgrid[0:8, 0:8].astype(np.float64)
+    w = np.clip(images.reshape(-1, 8, 8), 0.0, None) + 1e-9
+    m = w.sum(axis=(1, 2))
+    cx, cy = (w * xx).sum((1, 2)) / m, (w * yy).sum((1, 2)) / m
+    mu20 = (w * (xx - cx[:, None, None]) ** 2).sum((1, 2)) / m
+    mu02 = (w * (yy - cy[:, None, None]) ** 2).sum((1, 2)) / m
+    mu11 = (w * (xx - cx[:, None, None]) * (yy - cy[:, None, None])).sum((1, 2)) / m
+    return np.degrees(0.5 * np.arctan2(2 * mu11, mu20 - mu02))
+
+
+def _one_seed(cfg: Config, seed: int) -> dict:
+    key = jax.random.key(seed)
+    k_data, k_split, k_dgb, k_exact, k_cvae, k_mlp, k_abl = jax.random.split(key, 7)
+    data = health_digits(k_data, cfg.n_subjects, cfg.n_times)
+    train, future, new = splits(data, k_split)
+    cov = data.covariates()
+    y = jnp.asarray(data.images)
+    comps = components(cfg, cfg.n_subjects)
+    c_tr, c_fu, c_new = cov.take(train), cov.take(future), cov.take(new)
+    res, secs, extra = {}, {}, {}
+
+    start = time.perf_counter()
+    model, params, losses = _fit_dgbfgp(cfg, comps, c_tr, y[train], k_dgb)
+    secs["dgbfgp"] = time.perf_counter() - start
+    res["dgbfgp"] = (G.predict(model, params, c_fu), G.predict(model, params, c_new, True))
+    extra["dgbfgp_loss"] = losses
+
+    start = time.perf_counter()
+    exact, _, _ = B.fit_exact_gpvae(
+        k_exact, comps, c_tr, y[train], cfg.latent_dim, cfg.hidden, cfg.exact_epochs,
+        cfg.learning_rate,
+    )  # fmt: skip
+    secs["exact_gpvae"] = time.perf_counter() - start
+    res["exact_gpvae"] = (exact.predict(c_fu), exact.predict(c_new))
+
+    feats = lambda c, new_subjects=False: B.covariate_features(c, cfg.n_subjects, 2, new_subjects)  # noqa: E731
+    start = time.perf_counter()
+    cvae, _ = B.fit_cvae(k_cvae, feats(c_tr), y[train], cfg.latent_dim, cfg.hidden, cfg.dropout,
+                         cfg.epochs, cfg.batch_size, cfg.learning_rate)  # fmt: skip
+    secs["cvae"] = time.perf_counter() - start
+    res["cvae"] = (cvae(feats(c_fu)), cvae(feats(c_new, True)))
+
+    start = time.perf_counter()
+    mlp, _ = B.fit_regression(k_mlp, feats(c_tr), y[train], cfg.hidden, cfg.epochs,
+                              cfg.batch_size, cfg.learning_rate)  # fmt: skip
+    secs["mlp"] = time.perf_counter() - start
+    res["mlp"] = (mlp.predict(feats(c_fu)), mlp.predict(feats(c_new, True)))
+
+    out = {
+        "mse_future": {m: _mse(p[0], y[future]) for m, p in res.items()},
+        "mse_new_subject": {m: _mse(p[1], y[new]) for m, p in res.items()},
+        "train_seconds": secs,
+    }
+    # interpretability: decode the SE(t) component alone over a time sweep
+    t = np.linspace(0.0, 1.0, 41)
+    sweep = G.Covariates(
+        jnp.asarray(np.stack([(t - TIME_MEAN) / TIME_STD, np.zeros_like(t)], 1), jnp.float32),
+        jnp.zeros((t.size, 3), jnp.int32),
+    )
+    z_t = G.component_latents(G.posterior_mean_weights(model, params), sweep, comps)["t"]
+    imgs = np.asarray(model.decoder.apply({"params": params["decoder$params"]}, z_t))
+    angle = _principal_angle(imgs)
+    out["component_corr"] = float(np.corrcoef(angle, 25.0 * np.sin(2 * np.pi * t))[0, 1])
+    diseased = np.asarray(data.disease[future] == 1)
+    out["mse_future_diseased"] = _mse(np.asarray(res["dgbfgp"][0])[diseased], y[future][diseased])
+    if cfg.ablation:
+        no_int = components(cfg, cfg.n_subjects, with_disease_interaction=False)
+        m2, p2, _ = _fit_dgbfgp(cfg, no_int, c_tr, y[train], k_abl)
+        pred = np.asarray(G.predict(m2, p2, c_fu))
+        out["ablation_no_t_x_disease"] = {
+            "mse_future": _mse(pred, y[future]),
+            "mse_future_diseased": _mse(pred[diseased], y[future][diseased]),
+        }
+    out["_plots"] = {
+        "future_truth": np.asarray(y[future][:8]),
+        "future_pred": {m: np.asarray(p[0][:8]) for m, p in res.items()},
+        "sweep_images": imgs,
+        "sweep_t": t,
+        "sweep_angle": angle,
+        "dgbfgp_loss": losses,
+    }
+    return out
+
+
+def _time_epochs(cfg: Config, seed: int) -> dict:
+    """Seconds per epoch (compile excluded) of DGBFGP and the exact GP-prior VAE vs N."""
+    times = {"dgbfgp": {}, "dgbfgp_without_t_x_id": {}, "exact_gpvae": {}}
+    for n in cfg.scaling_sizes:
+        p = max(2, n // cfg.n_times)
+        data = health_digits(jax.random.key(seed + n), p, cfg.n_times)
+        cov, y = data.covariates(), jnp.asarray(data.images)
+        comps = components(cfg, p)
+        no_subject_time = tuple(c for c in comps if c.name != "t_x_id")
+        for name, cs in (("dgbfgp", comps), ("dgbfgp_without_t_x_id", no_subject_time)):
+            _, trainer = _dgbfgp(cfg, cs, cov.num_rows)
+            state = trainer.init(jax.random.key(1), cov, y)
+            epoch = jax.jit(trainer.epoch)
+            state = jax.block_until_ready(epoch(state)[0])  # compile + warm-up
+            runs = []
+            for _ in range(cfg.timing_repeats):
+                t0 = time.perf_counter()
+                state = jax.block_until_ready(epoch(state)[0])
+                runs.append(time.perf_counter() - t0)
+            times[name][str(n)] = float(np.median(runs))
+
+        exact, _, (step, opt) = B.fit_exact_gpvae(jax.random.key(2), comps, cov, y,
+                                                  cfg.latent_dim, cfg.hidden, epochs=1)  # fmt: skip
+        params, opt_state = exact.params, opt.init(exact.params)
+        params, opt_state, _ = jax.block_until_ready(step(params, opt_state, jax.random.key(3)))
+        runs = []
+        for i in range(cfg.timing_repeats):
+            t0 = time.perf_counter()
+            params, opt_state, _ = jax.block_until_ready(step(params, opt_state, jax.random.key(i)))
+            runs.append(time.perf_counter() - t0)
+        times["exact_gpvae"][str(n)] = float(np.median(runs))
+    return times
+
+
+def _slope(times: dict) -> float:
+    n = np.array([float(k) for k in times])
+    t = np.array(list(times.values()))
+    return float(np.polyfit(np.log(n), np.log(t), 1)[0])
+
+
+def run(config: Config, out_dir: Path) -> dict:
+    seeds = [config.seed + i for i in range(config.n_seeds)]
+    per_seed = [_one_seed(config, s) for s in seeds]
+    plots = per_seed[0].pop("_plots")
+    for r in per_seed[1:]:
+        r.pop("_plots")
+
+    def mean_of(key):
+        return {m: float(np.mean([r[key][m] for r in per_seed])) for m in per_seed[0][key]}
+
+    times = _time_epochs(config, config.seed)
+    metrics = {
+        "mse_future": mean_of("mse_future"),
+        "mse_new_subject": mean_of("mse_new_subject"),
+        "train_seconds": mean_of("train_seconds"),
+        "epoch_seconds": times,
+        "loglog_slope": {m: _slope(t) for m, t in times.items()},
+        "component_corr": float(np.mean([r["component_corr"] for r in per_seed])),
+        "mse_future_diseased": float(np.mean([r["mse_future_diseased"] for r in per_seed])),
+        "seeds": seeds,
+        "per_seed": per_seed,
+    }
+    if config.ablation:
+        metrics["ablation_no_t_x_disease"] = {
+            k: float(np.mean([r["ablation_no_t_x_disease"][k] for r in per_seed]))
+            for k in ("mse_future", "mse_future_diseased")
+        }
+    _figures(plots, times, out_dir)
+    _report(metrics, config, out_dir)
+    return metrics
+
+
+def _figures(plots: dict, times: dict, out_dir: Path) -> None:
+    models = list(plots["future_pred"])
+    k = len(plots["future_truth"])
+    fig, axes = plt.subplots(len(models) + 1, k, figsize=(k, 1.1 * (len(models) + 1)),
+                             squeeze=False)  # fmt: skip
+    for j in range(k):
+        axes[0, j].imshow(plots["future_truth"][j].reshape(8, 8), cmap="gray_r")
+        for i, m in enumerate(models, 1):
+            axes[i, j].imshow(plots["future_pred"][m][j].reshape(8, 8), cmap="gray_r")
+    for i, label in enumerate(["truth", *models]):
+        axes[i, 0].set_ylabel(label, fontsize=7)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    _common.save_figure(fig, out_dir, "future_predictions")
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
+    idx = np.linspace(0, len(plots["sweep_t"]) - 1, 9).astype(int)
+    strip = np.concatenate([plots["sweep_images"][i].reshape(8, 8) for i in idx], axis=1)
+    axes[0].imshow(strip, cmap="gray_r")
+    axes[0].set_title("decoded SE(t) component, t = 0..1", fontsize=8)
+    axes[0].axis("off")
+    axes[1].plot(plots["sweep_t"], plots["sweep_angle"], label="principal-axis angle")
+    axes[1].plot(plots["sweep_t"], 25 * np.sin(2 * np.pi * plots["sweep_t"]), "--",
+                 label="true shared rotation")  # fmt: skip
+    axes[1].set_xlabel("t")
+    axes[1].legend(fontsize=7)
+    _common.save_figure(fig, out_dir, "time_component")
+
+    fig, ax = plt.subplots(figsize=(4.5, 3.5))
+    for m, t in times.items():
+        n = [int(k) for k in t]
+        ax.loglog(n, list(t.values()), "o-", label=f"{m} (slope {_slope(t):.2f})")
+    ax.set_xlabel("N")
+    ax.set_ylabel("seconds per epoch")
+    ax.legend(fontsize=7)
+    _common.save_figure(fig, out_dir, "epoch_time")
+
+
+def _report(metrics: dict, config: Config, out_dir: Path) -> None:
+    rows = [
+        [m, metrics["mse_future"][m], metrics["mse_new_subject"][m], metrics["train_seconds"][m]]
+        for m in MODELS
+    ]
+    table = _common.markdown_table(["model", "MSE future", "MSE new subject", "train s"], rows)
+    scaling = _common.markdown_table(
+        ["model", *[f"N={n}" for n in config.scaling_sizes], "log-log slope"],
+        [[m, *t.values(), metrics["loglog_slope"][m]] for m, t in metrics["epoch_seconds"].items()],
+    )
+    text = (
+        f"Health-Digits, {config.n_subjects} subjects x {config.n_times} times, seeds "
+        f"{metrics['seeds']}, {config.epochs} epochs. SE(t)-component angle correlation with the "
+        f"true rotation: {metrics['component_corr']:.3f}."
+    )
+    sections = [table, text, "Seconds per epoch:", scaling,
+                "![future](future_predictions.png)", "![time component](time_component.png)",
+                "![epoch time](epoch_time.png)"]  # fmt: skip
+    if "ablation_no_t_x_disease" in metrics:
+        a = metrics["ablation_no_t_x_disease"]
+        sections.append(
+            f"Ablation without SE(t) x disease: future MSE of diseased subjects "
+            f"{a['mse_future_diseased']:.4f} vs {metrics['mse_future_diseased']:.4f} with it."
+        )
+    _common.write_report(out_dir, "DGBFGP on Health-Digits", *sections)
