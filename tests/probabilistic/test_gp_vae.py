@@ -241,3 +241,43 @@ def test_kl_matches_numpyro_closed_form():
     p = dist.Normal(0.0, jnp.array([0.7, 1.5]))
     mine = 0.5 * ((q.scale**2 + q.loc**2) / p.scale**2 - 1 - jnp.log(q.scale**2 / p.scale**2))
     np.testing.assert_allclose(dist.kl_divergence(q, p), mine, rtol=1e-6)
+
+
+def test_minibatch_elbo_is_unbiased_over_a_partition(key):
+    # same guide draw (same key) per batch: the N/|b|-scaled batch losses average to the full one
+    with jax.enable_x64(True):
+        model = tiny_model()
+        cov = tiny_covariates(key, n=12)
+        y = jax.random.normal(jax.random.fold_in(key, 3), (12, 4))
+        elbo = TraceMeanField_ELBO(num_particles=1)
+        svi = numpyro.infer.SVI(model.model, model.guide, numpyro.optim.Adam(1e-3), elbo)
+        params = svi.get_params(svi.init(key, cov, y, None, 12, False))
+        rng = jax.random.key(11)
+        full = elbo.loss(rng, params, model.model, model.guide, cov, y, None, 12, False)
+        parts = [
+            elbo.loss(rng, params, model.model, model.guide, cov.take(idx), y[idx], None, 12, False)
+            for idx in np.arange(12).reshape(3, 4)
+        ]
+        assert float(np.mean(parts)) == pytest.approx(float(full), rel=1e-10)
+
+
+def test_elbo_gradient_matches_finite_differences(key):
+    with jax.enable_x64(True):
+        model = tiny_model()
+        cov = tiny_covariates(key, n=8)
+        y = jax.random.normal(jax.random.fold_in(key, 4), (8, 4))
+        elbo = TraceMeanField_ELBO(num_particles=2)
+        svi = numpyro.infer.SVI(model.model, model.guide, numpyro.optim.Adam(1e-3), elbo)
+        params = svi.get_params(svi.init(key, cov, y, None, 8, False))
+        rng = jax.random.key(5)
+        loss = lambda p: elbo.loss(rng, p, model.model, model.guide, cov, y, None, 8, False)  # noqa: E731
+        grads = jax.grad(loss)(params)
+        eps = 1e-6
+        for name, index in (
+            ("t/w_loc", (2, 1)),
+            ("id/w_loc", (3, 0)),
+            ("t/log_lengthscale_loc", ()),
+        ):
+            bump = lambda d: {**params, name: params[name].at[index].add(d)}  # noqa: E731
+            fd = (float(loss(bump(eps))) - float(loss(bump(-eps)))) / (2 * eps)
+            assert float(grads[name][index]) == pytest.approx(fd, rel=1e-4, abs=1e-8), name
