@@ -183,6 +183,8 @@ class GPVAEConfig:
       objective: ``"elbo"`` (exact) or ``"official"`` (tempered, see the module docstring).
       kl_weight: ``B`` of the official objective (0.01 there); ignored for ``"elbo"``.
       num_particles: Monte Carlo samples of ``(A, theta)`` per step (``k``).
+      fused: compute ``z`` with :func:`latent` (one GEMM + gathers); ``False`` uses the naive
+        :func:`latent_dense` (per-component dense one-hot matmuls), for benchmarks.
     """
 
     components: tuple[Component, ...]
@@ -198,6 +200,7 @@ class GPVAEConfig:
     objective: Literal["elbo", "official"] = "elbo"
     kl_weight: float = 0.01
     num_particles: int = 3
+    fused: bool = True
 
     def __post_init__(self):
         names = [c.name for c in self.components]
@@ -417,7 +420,7 @@ def make_model(cfg: GPVAEConfig) -> GPVAEModel:
         vy = jax.nn.softplus(raw) + cfg.vy_floor
         n = cov.continuous.shape[0]
         n_total = n if n_total is None else n_total
-        z = latent(weights, cov, cfg.components)
+        z = (latent if cfg.fused else latent_dense)(weights, cov, cfg.components)
         if train and cfg.dropout > 0:
             mean = net(z, deterministic=False, rngs={"dropout": numpyro.prng_key()})
         else:
