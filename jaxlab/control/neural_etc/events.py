@@ -136,9 +136,10 @@ class _BracketBisection(optx.Bisection):
     """``optx.Bisection`` that accepts a bracket without a sign change.
 
     diffrax runs the event root find on every element of a ``vmap``-ed solve once any element
-    fired; the others get a dummy function with no sign change on their last step, which
-    ``optx.Bisection`` rejects with an error. Here the orientation is simply read from the end
-    values, and the (unused) dummy results converge to a bracket end.
+    fired; the others get a dummy function (the distance to the step end, zero at the upper
+    bracket end) whose bracket has no strict sign change, which ``optx.Bisection`` rejects with an
+    error. Here the orientation is read from the end values, so the dummy converges to the step
+    end, as diffrax intends.
     """
 
     def init(self, fn, y, args, options, f_struct, aux_struct, tags):
