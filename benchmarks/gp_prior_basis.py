@@ -5,7 +5,8 @@
     Cholesky). Equal work: one pass over the ``N`` observations.
 (b) One SVI step (batch 128) of the fused latent (one GEMM for the dense bases, row gathers for the
     one-hot and subject-interaction components) vs the naive per-component loop with dense one-hot
-    matmuls, at ``P`` subjects.
+    matmuls, at ``P`` subjects, both with every subject's weights sampled each step (the official
+    estimator); and the fused step with ``local_subject_samples`` (only the batch's subjects).
 (c) The same fused step on a larger batch with the batch axis sharded over 1, 2, 4, ... devices.
 """
 
@@ -35,10 +36,11 @@ def _problem(n_subjects: int, seed: int = 0):
     return data.covariates(), jnp.asarray(data.images)
 
 
-def _model(cfg: Config, comps, fused: bool = True):
+def _model(cfg: Config, comps, fused: bool = True, local: bool = False):
     return G.make_model(
         G.GPVAEConfig(comps, latent_dim=cfg.latent_dim, output_dim=64, decoder_hidden=cfg.hidden,
-                      dropout=cfg.dropout, num_particles=cfg.num_particles, fused=fused)
+                      dropout=cfg.dropout, num_particles=cfg.num_particles, fused=fused,
+                      local_subject_samples=local)
     )  # fmt: skip
 
 
@@ -49,7 +51,8 @@ def run(size: str) -> list[dict]:
         p = n // TIMES
         cov, y = _problem(p, seed=n)
         comps = components(cfg, p)
-        trainer = G.make_trainer(_model(cfg, comps), n, cfg.batch_size, cfg.learning_rate)
+        model = _model(cfg, comps, local=cfg.local_subject_samples)
+        trainer = G.make_trainer(model, n, cfg.batch_size, cfg.learning_rate)
         state = trainer.init(jax.random.key(1), cov, y)
         epoch = jax.jit(lambda s, t=trainer: t.epoch(s)[0])
         timing = time_call(epoch, state, n_runs=3)
@@ -67,14 +70,21 @@ def run(size: str) -> list[dict]:
         comps = components(cfg, p)
         n = cov.num_rows
         batch = jnp.arange(cfg.batch_size)
-        for fused in (True, False):
-            trainer = G.make_trainer(_model(cfg, comps, fused), n, cfg.batch_size)
+        variants = {
+            "fused gather/GEMM step": (True, False),
+            "naive dense one-hot step": (False, False),
+            "fused step, local subject samples": (True, True),
+        }
+        for impl, (fused, local) in variants.items():
+            trainer = G.make_trainer(_model(cfg, comps, fused, local), n, cfg.batch_size)
             state = trainer.init(jax.random.key(1), cov, y)
+            counts = state.data[3]
             update = jax.jit(
-                lambda s, c, yy, t=trainer, n=n: t.svi.update(s, c, yy, None, n, True)[0]
+                lambda s, c, yy, t=trainer, n=n, k=counts: t.svi.update(
+                    s, c, yy, None, n, True, level_counts=k
+                )[0]
             )
             timing = time_call(update, state.svi_state, cov.take(batch), y[batch])
-            impl = "fused gather/GEMM step" if fused else "naive dense one-hot step"
             rows.append(result_row(NAME, impl, size, timing, work=cfg.batch_size,
                                    unit="observations", P=p, batch=cfg.batch_size))  # fmt: skip
 
@@ -85,7 +95,7 @@ def run(size: str) -> list[dict]:
     b = spec["shard_batch"]
     trainer = G.make_trainer(_model(cfg, comps), b, b)
     state = trainer.init(jax.random.key(1), cov.take(jnp.arange(b)), y[:b])
-    update = jax.jit(lambda s, c, yy: trainer.svi.update(s, c, yy, None, b, True)[0])
+    update = jax.jit(lambda s, c, yy: trainer.svi.update(s, c, yy, None, b, True)[0])  # global
     n_dev = 1
     while n_dev <= jax.device_count() and b % n_dev == 0:
         mesh = sharding.data_mesh(jax.devices()[:n_dev])

@@ -194,9 +194,11 @@ def test_masked_targets_do_not_change_the_loss(key):
     assert float(loss(y)) == pytest.approx(float(loss(y2)), rel=1e-12)
 
 
-def test_svi_epochs_reduce_the_loss_and_predict_is_finite(key):
+@pytest.mark.parametrize("local", [False, True])
+def test_svi_epochs_reduce_the_loss_and_predict_is_finite(key, local):
     comps = tiny_components()
-    cfg = G.GPVAEConfig(comps, latent_dim=3, output_dim=4, decoder_hidden=(16,), num_particles=2)
+    cfg = G.GPVAEConfig(comps, latent_dim=3, output_dim=4, decoder_hidden=(16,), num_particles=2,
+                        local_subject_samples=local)  # fmt: skip
     model = G.make_model(cfg)
     cov = tiny_covariates(key, n=64)
     y = (
@@ -302,3 +304,41 @@ def test_sharded_svi_step_equals_unsharded(key, mesh):
     ref_p, s_p = trainer.svi.get_params(ref_state), trainer.svi.get_params(s_state)
     for a, b in zip(jax.tree_util.tree_leaves(s_p), jax.tree_util.tree_leaves(ref_p), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_local_subject_samples_give_the_same_elbo_on_a_full_batch(key):
+    # full batch: sum_i KL_{p_i} / n_{p_i} = sum_p KL_p exactly, so both estimators agree
+    with jax.enable_x64(True):
+        comps = (
+            G.se("t", 0, num_basis=6, boundary=4.0),
+            G.categorical("id", 2, 3, subject=True),
+            G.se_x_categorical("t_x_id", 0, 2, 3, num_basis=6, boundary=4.0, subject=True),
+        )
+        cov = tiny_covariates(key, n=12, n_subjects=3)
+        cov = cov._replace(categorical=cov.categorical.at[:, 2].set(jnp.arange(12) % 3))
+        y = jax.random.normal(jax.random.fold_in(key, 5), (12, 4))
+        models = [
+            G.make_model(G.GPVAEConfig(comps, latent_dim=2, output_dim=4, decoder_hidden=(8,),
+                                       dropout=0.0, num_particles=1, local_subject_samples=flag))
+            for flag in (False, True)
+        ]  # fmt: skip
+        elbo = TraceMeanField_ELBO(num_particles=1)
+        svi = numpyro.infer.SVI(models[0].model, models[0].guide, numpyro.optim.Adam(1e-3), elbo)
+        params = svi.get_params(svi.init(key, cov, y, None, 12, False))
+        # every posterior nearly a point mass, so the draws do not depend on the site order
+        for name in ("t", "id", "t_x_id"):
+            params[f"{name}/w_loc"] = jax.random.normal(key, params[f"{name}/w_loc"].shape)
+            params[f"{name}/w_rho"] = jnp.full_like(params[f"{name}/w_rho"], -30.0)
+        for name in ("t", "t_x_id"):
+            for hyper in ("alpha", "lengthscale"):
+                params[f"{name}/log_{hyper}_scale"] = jnp.asarray(1e-12)
+        counts = {"id": jnp.full(3, 4), "t_x_id": jnp.full(3, 4)}
+        losses = [
+            elbo.loss(jax.random.key(3), params, m.model, m.guide, cov, y, None, 12, False,
+                      level_counts=counts)
+            for m in models
+        ]  # fmt: skip
+        assert float(losses[1]) == pytest.approx(float(losses[0]), rel=1e-6)
+        with pytest.raises(ValueError, match="level_counts"):
+            elbo.loss(jax.random.key(3), params, models[1].model, models[1].guide, cov, y, None,
+                      12, False)  # fmt: skip

@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 from numpyro.infer import SVI, TraceMeanField_ELBO
@@ -24,7 +25,9 @@ __all__ = ["GPVAETrainer", "TrainState", "make_trainer", "posterior_mean_weights
 
 @struct.dataclass
 class TrainState:
-    """SVI state, the training data ``(cov, y, y_mask)``, a data-order key and the epoch."""
+    """SVI state, the training data ``(cov, y, y_mask, level_counts)``, a data-order key and the
+    epoch (``level_counts``: training observations per level of each subject component, used
+    with ``local_subject_samples``)."""
 
     svi_state: Any
     data: tuple
@@ -66,20 +69,31 @@ def make_trainer(
             raise ValueError(
                 f"the trainer was made for n_total={n_total}, got {cov.num_rows} rows."
             )
+        counts = {
+            c.name: jnp.asarray(
+                np.bincount(np.asarray(cov.categorical[:, c.categorical]), minlength=c.levels)
+            )
+            for c in model.config.components
+            if c.subject
+        }
         k_svi, k_data = jax.random.split(key)
         first = jnp.arange(batch_size)
         mask_b = None if y_mask is None else y_mask[first]
-        svi_state = svi.init(k_svi, cov.take(first), y[first], mask_b, n_total, True)
-        return TrainState(svi_state, (cov, y, y_mask), k_data, jnp.zeros((), jnp.int32))
+        svi_state = svi.init(
+            k_svi, cov.take(first), y[first], mask_b, n_total, True, level_counts=counts
+        )
+        return TrainState(svi_state, (cov, y, y_mask, counts), k_data, jnp.zeros((), jnp.int32))
 
     def epoch(state: TrainState, _=None) -> tuple[TrainState, dict]:
-        cov, y, y_mask = state.data
+        cov, y, y_mask, counts = state.data
         order = jax.random.permutation(jax.random.fold_in(state.key, state.epoch), n_total)
         batches = order[: n_batches * batch_size].reshape(n_batches, batch_size)
 
         def body(svi_state, idx):
             mask_b = None if y_mask is None else y_mask[idx]
-            return svi.update(svi_state, cov.take(idx), y[idx], mask_b, n_total, True)
+            return svi.update(
+                svi_state, cov.take(idx), y[idx], mask_b, n_total, True, level_counts=counts
+            )
 
         svi_state, losses = jax.lax.scan(body, state.svi_state, batches)
         new = state.replace(svi_state=svi_state, epoch=state.epoch + 1)
