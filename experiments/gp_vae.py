@@ -166,13 +166,12 @@ def _one_seed(cfg: Config, seed: int) -> dict:
     y = jnp.asarray(data.images)
     comps = components(cfg, cfg.n_subjects)
     c_tr, c_fu, c_new = cov.take(train), cov.take(future), cov.take(new)
-    res, secs, extra = {}, {}, {}
+    res, secs = {}, {}
 
     start = time.perf_counter()
     model, params, losses = _fit_dgbfgp(cfg, comps, c_tr, y[train], k_dgb)
     secs["dgbfgp"] = time.perf_counter() - start
     res["dgbfgp"] = (G.predict(model, params, c_fu), G.predict(model, params, c_new, True))
-    extra["dgbfgp_loss"] = losses
 
     start = time.perf_counter()
     exact, _, _ = B.fit_exact_gpvae(
