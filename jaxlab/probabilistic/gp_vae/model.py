@@ -402,9 +402,10 @@ def prior_scales(
 class GPVAEModel(NamedTuple):
     """``model`` and ``guide`` for ``numpyro.infer.SVI`` plus helpers on trained parameters.
 
-    Both take ``(cov, y, y_mask, n_total, train)``: a (mini)batch ``cov`` with ``[b, D]`` targets
-    ``y`` (``None`` to sample), a ``[b, D]`` 0/1 mask or ``None``, the dataset size ``N`` and
-    whether decoder dropout is on.
+    Both take ``(cov, y, y_mask, n_total, train, level_counts=None)``: a (mini)batch ``cov`` with
+    ``[b, D]`` targets ``y`` (``None`` to sample), a ``[b, D]`` 0/1 mask or ``None``, the dataset
+    size ``N``, whether decoder dropout is on, and (for ``local_subject_samples``) the training
+    observations per level of each subject component, ``{name: [levels]}``.
     """
 
     config: GPVAEConfig
