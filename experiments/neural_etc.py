@@ -351,16 +351,12 @@ def _report(metrics: dict, config: Config, out_dir: Path) -> None:
     )
     sections = [table, text, "![trajectories](trajectories.png)",
                 "![inter-event times](inter_event_times.png)"]  # fmt: skip
-    if "pi_ift_ablation" in metrics:
-        sections.append(_common.markdown_table(
-            ["PI, full IFT gradient, lambda_2", "triggers", "min inter-event", "temporal MSE"],
-            [[w, r["triggers"], r["min_inter_event"], r["temporal_mse"]]
-             for w, r in metrics["pi_ift_ablation"].items()],
-        ))  # fmt: skip
-    if "mc_sigma_ablation" in metrics:
-        sections.append(_common.markdown_table(
-            ["MC sigma", "triggers", "min inter-event", "temporal MSE"],
-            [[s, r["triggers"], r["min_inter_event"], r["temporal_mse"]]
-             for s, r in metrics["mc_sigma_ablation"].items()],
-        ))  # fmt: skip
+    for key, label in (("pi_ift_ablation", "PI, full IFT gradient, lambda_2"),
+                       ("mc_sigma_ablation", "MC sigma")):  # fmt: skip
+        if key in metrics:
+            sections.append(_common.markdown_table(
+                [label, "triggers", "min inter-event", "temporal MSE"],
+                [[v, r["triggers"], r["min_inter_event"], r["temporal_mse"]]
+                 for v, r in metrics[key].items()],
+            ))  # fmt: skip
     _common.write_report(out_dir, "Neural ETC on Lorenz", *sections)

@@ -143,15 +143,21 @@ def tiny_model(objective="elbo", dropout=0.0):
     return G.make_model(cfg)
 
 
+def initial_params(model, key, cov, y, y_mask=None):
+    """NumPyro's initial parameters of ``model`` for the full data ``(cov, y)`` (no dropout)."""
+    svi = numpyro.infer.SVI(
+        model.model, model.guide, numpyro.optim.Adam(1e-3), TraceMeanField_ELBO()
+    )
+    return svi.get_params(svi.init(key, cov, y, y_mask, cov.num_rows, False))
+
+
 def test_elbo_equals_a_hand_computed_value(key):
     with jax.enable_x64(True):
         model = tiny_model()
         cov = tiny_covariates(key, n=6)
         y = jax.random.normal(jax.random.fold_in(key, 2), (6, 4))
         elbo = TraceMeanField_ELBO(num_particles=1)
-        svi = numpyro.infer.SVI(model.model, model.guide, numpyro.optim.Adam(1e-3), elbo)
-        state = svi.init(key, cov, y, None, 6, False)
-        params = svi.get_params(state)
+        params = initial_params(model, key, cov, y)
         rng = jax.random.key(7)
         loss = elbo.loss(rng, params, model.model, model.guide, cov, y, None, 6, False)
         # the same single-particle estimate by hand: the guide draw that ELBO uses, then
@@ -188,8 +194,7 @@ def test_masked_targets_do_not_change_the_loss(key):
     mask = jnp.ones((6, 4)).at[2, 1].set(0.0).at[4].set(0.0)
     y2 = y.at[2, 1].set(100.0).at[4].set(-50.0)
     elbo = TraceMeanField_ELBO(num_particles=2)
-    svi = numpyro.infer.SVI(model.model, model.guide, numpyro.optim.Adam(1e-3), elbo)
-    params = svi.get_params(svi.init(key, cov, y, mask, 6, False))
+    params = initial_params(model, key, cov, y, mask)
     loss = lambda yy: elbo.loss(key, params, model.model, model.guide, cov, yy, mask, 6, False)
     assert float(loss(y)) == pytest.approx(float(loss(y2)), rel=1e-12)
 
@@ -252,8 +257,7 @@ def test_minibatch_elbo_is_unbiased_over_a_partition(key):
         cov = tiny_covariates(key, n=12)
         y = jax.random.normal(jax.random.fold_in(key, 3), (12, 4))
         elbo = TraceMeanField_ELBO(num_particles=1)
-        svi = numpyro.infer.SVI(model.model, model.guide, numpyro.optim.Adam(1e-3), elbo)
-        params = svi.get_params(svi.init(key, cov, y, None, 12, False))
+        params = initial_params(model, key, cov, y)
         rng = jax.random.key(11)
         full = elbo.loss(rng, params, model.model, model.guide, cov, y, None, 12, False)
         parts = [
@@ -269,8 +273,7 @@ def test_elbo_gradient_matches_finite_differences(key):
         cov = tiny_covariates(key, n=8)
         y = jax.random.normal(jax.random.fold_in(key, 4), (8, 4))
         elbo = TraceMeanField_ELBO(num_particles=2)
-        svi = numpyro.infer.SVI(model.model, model.guide, numpyro.optim.Adam(1e-3), elbo)
-        params = svi.get_params(svi.init(key, cov, y, None, 8, False))
+        params = initial_params(model, key, cov, y)
         rng = jax.random.key(5)
         loss = lambda p: elbo.loss(rng, p, model.model, model.guide, cov, y, None, 8, False)  # noqa: E731
         grads = jax.grad(loss)(params)
@@ -323,8 +326,7 @@ def test_local_subject_samples_give_the_same_elbo_on_a_full_batch(key):
             for flag in (False, True)
         ]  # fmt: skip
         elbo = TraceMeanField_ELBO(num_particles=1)
-        svi = numpyro.infer.SVI(models[0].model, models[0].guide, numpyro.optim.Adam(1e-3), elbo)
-        params = svi.get_params(svi.init(key, cov, y, None, 12, False))
+        params = initial_params(models[0], key, cov, y)
         # every posterior nearly a point mass, so the draws do not depend on the site order
         for name in ("t", "id", "t_x_id"):
             params[f"{name}/w_loc"] = jax.random.normal(key, params[f"{name}/w_loc"].shape)

@@ -232,8 +232,9 @@ def fit_exact_gpvae(
     Negative ELBO per datum: ``[sum_i E_q -log p(y_i | z_i) + sum_l KL(q(z_l) || N(0, K))] / N``
     with ``q(z_l) = N(mu_l, diag sd_l^2)`` and ``KL = (tr(K^-1 S) + mu^T K^-1 mu - N + log|K| -
     log|S|) / 2``; ``K`` is the exact additive kernel (+ ``jitter I``).
-    Returns ``(ExactGPVAE, losses, step)`` where ``step(params, opt_state, key)`` is the jitted
-    epoch, for timing.
+    Returns ``(ExactGPVAE, losses, (step, opt))`` where ``step(params, opt_state, key)`` is the
+    jitted epoch and ``opt`` the optax optimiser, for timing; ``epochs=0`` only builds them (the
+    model then holds the initial parameters).
     """
     n, d = y.shape
     encoder = _MLP(tuple(hidden), 2 * latent_dim)
@@ -286,6 +287,9 @@ def fit_exact_gpvae(
 
         return jax.lax.scan(body, (p, s), keys)
 
-    (params, _), losses = jax.jit(run)(params, opt.init(params), jax.random.split(k_run, epochs))
+    losses = jnp.zeros((0,))
+    if epochs > 0:
+        keys = jax.random.split(k_run, epochs)
+        (params, _), losses = jax.jit(run)(params, opt.init(params), keys)
     model = ExactGPVAE(tuple(components), params, decoder, encoder, cov, y, jitter)
     return model, losses, (step, opt)
