@@ -7,10 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import numpyro
 import numpyro.distributions as dist
+import optax
 import pytest
 from numpyro.infer import TraceMeanField_ELBO
 
 from jaxlab.probabilistic import gp_vae as G
+from jaxlab.probabilistic.gp_vae import baselines as B
 
 
 def se_kernel(x, x2, lengthscale, alpha=1.0):
@@ -134,6 +136,90 @@ def test_interaction_basis_reproduces_se_times_delta_kernel():
         kernel = feats @ (s.reshape(-1)[:, None] * feats.T)
         exact = se_kernel(np.asarray(t), np.asarray(t), ell) * (c[:, None] == c[None, :])
         np.testing.assert_allclose(kernel, exact, atol=1e-4)
+
+
+def test_conjugate_special_case_recovers_the_bayesian_linear_regression_posterior(key):
+    # identity decoder (L = D = 1), one SE component, fixed (alpha, l, v_y): the model is Bayesian
+    # linear regression on the basis weights, whose mean-field optimum has the exact posterior
+    # mean and variances 1 / diag(posterior precision)
+    m, ell, v, n = 8, 0.6, 0.05, 60
+    comp = G.se("t", 0, num_basis=m, boundary=4.0)
+    cfg = G.GPVAEConfig((comp,), latent_dim=1, output_dim=1, decoder_hidden=(), dropout=0.0)
+    model = G.make_model(cfg)
+    t = jnp.linspace(-3.5, 3.5, n)[:, None]  # spread over the domain: well-conditioned features
+    cov = G.Covariates(t, jnp.zeros((n, 0), jnp.int32))
+    y = jnp.sin(2.0 * t) + math.sqrt(v) * jax.random.normal(key, (n, 1))
+    hyper = {"t/log_alpha": 0.0, "t/log_lengthscale": math.log(ell)}
+    fixed = {  # identity decoder and v_y = v; blocked so that SVI neither sees nor trains them
+        "decoder$params": {"Dense_0": {"kernel": jnp.ones((1, 1)), "bias": jnp.zeros(1)}},
+        "vy_raw": jnp.full(1, math.log(math.expm1(v - cfg.vy_floor))),
+    }
+    H = numpyro.handlers
+    fixed_model = H.block(H.substitute(H.condition(model.model, hyper), fixed), hide=list(fixed))
+    hyper_params = [f"t/log_{h}_{s}" for h in ("alpha", "lengthscale") for s in ("loc", "scale")]
+    fixed_guide = H.block(model.guide, hide=[*hyper, *hyper_params])
+    lr = optax.exponential_decay(0.05, 3000, 0.01)
+    opt = numpyro.optim.optax_to_numpyro(optax.adam(lr))
+    svi = numpyro.infer.SVI(fixed_model, fixed_guide, opt, TraceMeanField_ELBO(num_particles=16))
+    params = svi.run(jax.random.fold_in(key, 1), 3000, cov, y, None, n, False,
+                     progress_bar=False).params  # fmt: skip
+    assert sorted(params) == ["t/w_loc", "t/w_rho"]
+    phi = jax.jacobian(lambda w: G.latent({"t": w}, cov, (comp,))[:, 0])(jnp.zeros((m, 1)))
+    phi = phi.reshape(n, m)
+    prior_var = G.prior_scales(comp, 1.0, ell, 1, cfg.spectral_jitter).reshape(-1) ** 2
+    precision = phi.T @ phi / v + jnp.diag(1.0 / prior_var)
+    post_mean = jnp.linalg.solve(precision, phi.T @ y[:, 0] / v)
+    q_mean = params["t/w_loc"][:, 0]
+    q_var = jax.nn.softplus(params["t/w_rho"][:, 0]) ** 2
+    assert float(jnp.linalg.norm(q_mean - post_mean) / jnp.linalg.norm(post_mean)) < 0.02
+    np.testing.assert_allclose(q_var, 1.0 / jnp.diag(precision), rtol=0.05)
+
+
+def test_exact_baseline_kernel_is_the_basis_models_prior_covariance(key):
+    # the exact GP-prior VAE baseline uses the kernel that the basis model approximates
+    with jax.enable_x64(True):
+        comps = (
+            G.se("t", 0, num_basis=32, boundary=4.0),
+            G.binary("sex", 0),
+            G.categorical("site", 1, 3),
+            G.se_x_categorical("t_x_site", 0, 1, 3, num_basis=32, boundary=4.0),
+        )
+        n = 10
+        k1, k2, k3 = jax.random.split(key, 3)
+        cov = G.Covariates(
+            jax.random.uniform(k1, (n, 1), minval=-1.5, maxval=1.5),
+            jnp.stack([jax.random.bernoulli(k2, 0.5, (n,)).astype(jnp.int32),
+                       jax.random.randint(k3, (n,), 0, 3)], axis=1),
+        )  # fmt: skip
+        ell = 0.6
+        zeros = {c.name: jnp.zeros(c.weight_shape(1)) for c in comps}
+        jac = jax.jacobian(lambda w: G.latent(w, cov, comps)[:, 0])(zeros)
+        basis = 0.0
+        for c in comps:
+            feats = jac[c.name].reshape(n, -1)
+            var = G.prior_scales(c, 1.0, ell, 1).reshape(-1) ** 2
+            basis = basis + feats @ (var[:, None] * feats.T)
+        hyper = {c.name: (0.0, math.log(ell)) for c in comps if c.has_hyperparameters}
+        exact = B.exact_kernel(comps, cov, cov, hyper)
+        np.testing.assert_allclose(basis, exact, atol=2e-4)
+
+
+def test_gp_prior_kl_matches_the_dense_formula(key):
+    with jax.enable_x64(True):
+        n, latent = 7, 2
+        k1, k2, k3 = jax.random.split(key, 3)
+        x = jax.random.normal(k1, (n, n))
+        kern = x @ x.T + 0.5 * jnp.eye(n)
+        mu = jax.random.normal(k2, (n, latent))
+        log_sd = 0.3 * jax.random.normal(k3, (n, latent))
+        want = 0.0
+        k_np, k_inv = np.asarray(kern), np.linalg.inv(np.asarray(kern))
+        for j in range(latent):
+            s = np.diag(np.exp(2 * np.asarray(log_sd[:, j])))
+            m = np.asarray(mu[:, j])
+            want += 0.5 * (np.trace(k_inv @ s) + m @ k_inv @ m - n
+                           + np.linalg.slogdet(k_np)[1] - np.linalg.slogdet(s)[1])  # fmt: skip
+        np.testing.assert_allclose(B.gp_prior_kl(kern, mu, log_sd), want, rtol=1e-10)
 
 
 def tiny_model(objective="elbo", dropout=0.0):
