@@ -19,9 +19,12 @@ TINY = dataclasses.replace(
     batch_size=8,
     num_particles=1,
     exact_epochs=2,
-    scaling_sizes=(40, 80),
+    scaling_sizes=(40, 80, 120),
+    exact_max_n=80,
     timing_repeats=1,
     ablation=True,
+    control_epochs=(1, 1),
+    control_subjects=6,
 )
 
 
@@ -33,7 +36,10 @@ def test_tiny_gp_vae_run(tmp_path):
         assert set(metrics[key]) == set(gp_vae.MODELS), key
         assert all(np.isfinite(v) and v >= 0 for v in metrics[key].values()), key
     assert set(metrics["epoch_seconds"]) == {"dgbfgp", "dgbfgp_without_t_x_id", "exact_gpvae"}
-    assert set(metrics["epoch_seconds"]["dgbfgp"]) == {"40", "80"}
+    assert set(metrics["epoch_seconds"]["dgbfgp"]) == {"40", "80", "120"}
+    assert set(metrics["epoch_seconds"]["exact_gpvae"]) == {"40", "80"}  # exact_max_n
+    control = metrics["convergence_control"]
+    assert set(control["mse_future"]) == {"dgbfgp", "exact_gpvae"}
     assert np.isfinite(metrics["loglog_slope"]["exact_gpvae"])
     assert -1.0 <= metrics["component_corr"] <= 1.0
     assert metrics["ablation_no_t_x_disease"]["mse_future"] > 0
