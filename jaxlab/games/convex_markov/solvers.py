@@ -26,6 +26,7 @@ over a batch of games, or call :func:`solve_games`, which shards the game axis a
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Literal, NamedTuple
 
 import jax
@@ -229,10 +230,16 @@ def solve_games(
     """:func:`solve` over a batch of games (leading axis ``G`` on every leaf of ``games`` and on
     ``keys``), vmapped and jitted with the game axis sharded over ``mesh`` (default: all devices;
     ``G`` must be a multiple of the device count). Returns stacked states and
-    ``gaps: [G, K + 1]``."""
+    ``gaps: [G, K + 1]``. The compiled function is cached per ``(cfg, num_steps, eval_every,
+    mesh, gap_iters)``, so new games of the same shapes (another ``kappa``, seed) reuse it."""
+    mesh = sharding.data_mesh() if mesh is None else mesh
+    return _batched_solver(cfg, num_steps, eval_every, mesh, gap_iters)(None, (games, keys))
 
+
+@functools.lru_cache(maxsize=64)
+def _batched_solver(cfg: SolverConfig, num_steps: int, eval_every: int, mesh, gap_iters: int):
     def one(_, batch):
         game, key = batch
         return solve(cfg, game, key, num_steps, eval_every, gap_iters)
 
-    return sharding.sharded_map(one, mesh)(None, (games, keys))
+    return sharding.sharded_map(one, mesh)
