@@ -50,7 +50,8 @@ CLAIM = (
 )
 METHODS = ("alt_pgda", "nest_pg", "sim_pgda", "sim_pgda_eta0.1", "alt_pgda_mu0", "sim_pgda_reg")
 THRESHOLD = 0.02
-SUMMARY_KEYS = ("gap_median", "gap_p90", f"frac_gap_below_{THRESHOLD}", "gap_curve", "updates")
+SUMMARY_KEYS = ("gap_median", "gap_p90", f"frac_gap_below_{THRESHOLD}", "gap_curve", "updates",
+                "certificate_max")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,15 +138,17 @@ def make_games(cfg: Config, key: jax.Array, kappa: float) -> tuple[M.FactoredGam
     return games, keys
 
 
-def run_method(cfg: Config, sc: M.SolverConfig, steps: int, games, keys) -> np.ndarray:
-    """``[n_games, n_checkpoints + 1]`` Nash gaps (sharded over the game axis)."""
+def run_method(cfg: Config, sc: M.SolverConfig, steps: int, games, keys) -> M.GapResult:
+    """Nash gaps and certificates, ``[n_games, n_checkpoints + 1]`` (game axis sharded)."""
     _, gaps = M.solve_games(sc, games, keys, steps, steps // cfg.n_checkpoints)
-    return np.asarray(gaps)
+    return jax.tree.map(np.asarray, gaps)
 
 
-def summarise(gaps: np.ndarray) -> dict:
+def summarise(result: M.GapResult) -> dict:
+    gaps = result.gap
     last = gaps[:, -1]
     return {
+        "certificate_max": float(result.certificate[:, -1].max()),
         "gap_median": float(np.median(last)),
         "gap_p90": float(np.quantile(last, 0.9)),
         f"frac_gap_below_{THRESHOLD}": float(np.mean(last <= THRESHOLD)),
@@ -175,9 +178,8 @@ def search_ratio(cfg: Config, key: jax.Array) -> tuple[float, dict]:
         sweep = method_configs(cfg, ratio)
         for name in table:
             sc, steps = sweep[name]
-            table[name][str(ratio)] = float(
-                np.median(run_method(cfg, sc, steps, games, keys)[:, -1])
-            )
+            gaps = run_method(cfg, sc, steps, games, keys).gap
+            table[name][str(ratio)] = float(np.median(gaps[:, -1]))
     score = {r: np.mean([table[m][str(r)] for m in table]) for r in cfg.ratio_grid}
     return float(min(score, key=score.get)), table
 
@@ -193,7 +195,7 @@ def mu_sweep(cfg: Config, games, keys, ratio: float) -> dict:
     alt = method_configs(cfg, ratio)["alt_pgda"][0]
     for mu, steps in ((0.2, cfg.steps), (0.05, cfg.steps), (0.01, cfg.steps),
                       (0.01, cfg.long_steps)):  # fmt: skip
-        gaps = run_method(cfg, dataclasses.replace(alt, mu=mu), steps, games, keys)
+        gaps = run_method(cfg, dataclasses.replace(alt, mu=mu), steps, games, keys).gap
         curve = np.median(gaps, axis=0)
         out[f"mu={mu},T={steps}"] = {
             "gap_median": float(np.median(gaps[:, -1])),
@@ -297,8 +299,10 @@ def _report(metrics: dict, config: Config, out_dir: Path) -> None:
         "![trajectory](policy_trajectory.png)",
     ]
     for key in [k for k in metrics if k.startswith("kappa_")]:
-        rows = [[m, metrics[key][m]["gap_median"], metrics[key][m][frac]] for m in METHODS]
-        sections += [f"{key}:", _common.markdown_table(["method", "median gap", "frac"], rows)]
+        rows = [[m, metrics[key][m]["gap_median"], metrics[key][m][frac],
+                 metrics[key][m]["certificate_max"]] for m in METHODS]  # fmt: skip
+        headers = ["method", "median gap", "frac", "max Frank-Wolfe certificate"]
+        sections += [f"{key}:", _common.markdown_table(headers, rows)]
     if "mu_sweep" in metrics:
         rows = [[k, v["gap_median"], v["steps_to_0.01"]] for k, v in metrics["mu_sweep"].items()]
         table = _common.markdown_table(["setting", "median gap", "steps to 0.01"], rows)

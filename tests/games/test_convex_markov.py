@@ -204,7 +204,8 @@ def test_alternating_pgda_reduces_the_gap_on_random_games(key):
     keys = jax.random.split(key, 4)
     games = jax.vmap(M.random_factored_game)(keys)
     cfg = M.SolverConfig("alternating", mu=0.05, eta_x=0.1, eta_y=0.5)
-    _, gaps = jax.jit(jax.vmap(lambda g, k: M.solve(cfg, g, k, 400, 200)))(games, keys)
+    _, result = jax.jit(jax.vmap(lambda g, k: M.solve(cfg, g, k, 400, 200)))(games, keys)
+    gaps = result.gap
     assert gaps.shape == (4, 3)
     assert bool(jnp.all(gaps[:, -1] < 0.5 * gaps[:, 0]))
 
@@ -213,10 +214,11 @@ def test_vmapped_equals_looped_and_jit_equals_eager(key):
     keys = jax.random.split(key, 3)
     games = jax.vmap(lambda k: small_game(k, kappa=0.1))(keys)
     cfg = M.SolverConfig("nested", mu=0.05, eta_x=0.1, eta_y=0.5, inner_steps=3)
-    batched = jax.vmap(lambda g, k: M.solve(cfg, g, k, 20, 10)[1])(games, keys)
+    batched = jax.vmap(lambda g, k: M.solve(cfg, g, k, 20, 10)[1].gap)(games, keys)
     for i in range(3):
         game = jax.tree.map(lambda a, i=i: a[i], games)
-        np.testing.assert_allclose(batched[i], M.solve(cfg, game, keys[i], 20, 10)[1], atol=1e-10)
+        looped = M.solve(cfg, game, keys[i], 20, 10)[1].gap
+        np.testing.assert_allclose(batched[i], looped, atol=1e-10)
     state = M.init(jax.tree.map(lambda a: a[0], games), keys[0])
     game0 = jax.tree.map(lambda a: a[0], games)
     eager = M.step(cfg, game0, state)
@@ -230,9 +232,12 @@ def test_sharded_games_equal_unsharded(key, mesh):
     games = jax.vmap(lambda k: small_game(k))(keys)
     cfg = M.SolverConfig("alternating", mu=0.05, eta_x=0.1, eta_y=0.5)
     states, gaps = M.solve_games(cfg, games, keys, 20, 10, mesh=mesh)
-    assert gaps.sharding.spec[0] == "data"
+    assert gaps.gap.sharding.spec[0] == "data" and states.x.sharding.spec[0] == "data"
     _, plain = jax.vmap(lambda g, k: M.solve(cfg, g, k, 20, 10))(games, keys)
-    np.testing.assert_allclose(gaps, plain, atol=1e-10)
+    np.testing.assert_allclose(gaps.gap, plain.gap, atol=1e-10)
+    np.testing.assert_allclose(
+        states.x, jax.vmap(lambda g, k: M.solve(cfg, g, k, 20, 10)[0].x)(games, keys), atol=1e-12
+    )
     with pytest.raises(ValueError, match="multiple"):
         M.solve_games(cfg, jax.tree.map(lambda a: a[:3], games), keys[:3], 20, 10, mesh=mesh)
 

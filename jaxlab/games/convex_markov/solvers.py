@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from jaxlab.core import sharding
 from jaxlab.games.convex_markov.game import (
     FactoredGame,
+    GapResult,
     exact_gradients,
     nash_gap,
     occupancy_utility,
@@ -198,12 +199,13 @@ def step(cfg: SolverConfig, game: FactoredGame, state: SolverState) -> SolverSta
 def solve(
     cfg: SolverConfig, game: FactoredGame, key: jax.Array, num_steps: int, eval_every: int,
     gap_iters: int = 1000,
-) -> tuple[SolverState, jax.Array]:  # fmt: skip
+) -> tuple[SolverState, GapResult]:  # fmt: skip
     """Run ``num_steps`` iterations on one game from uniform policies.
 
-    Returns ``(final state, gaps)`` with ``gaps: [num_steps // eval_every + 1]`` the Nash gap of the
-    unregularised game at the played policies before the first step and after every
-    ``eval_every`` steps (Frank-Wolfe with at most ``gap_iters`` steps when ``kappa > 0``).
+    Returns ``(final state, gaps)``: ``gaps`` is a :class:`GapResult` whose fields are
+    ``[num_steps // eval_every + 1]``, the Nash gap of the unregularised game at the played
+    policies (and its Frank-Wolfe certificate, at most ``gap_iters`` steps) before the first step
+    and after every ``eval_every`` steps.
     """
     if num_steps < 1 or eval_every < 1 or num_steps % eval_every:
         raise ValueError(
@@ -211,7 +213,7 @@ def solve(
         )
 
     def gap(state):
-        return nash_gap(game, state.x, state.y, cfg.epsilon, 0.0, max_iter=gap_iters).gap
+        return nash_gap(game, state.x, state.y, cfg.epsilon, 0.0, max_iter=gap_iters)
 
     def chunk(state, _):
         state = jax.lax.fori_loop(0, eval_every, lambda _, s: step(cfg, game, s), state)
@@ -220,17 +222,17 @@ def solve(
     state = init(game, key)
     first = gap(state)
     state, gaps = jax.lax.scan(chunk, state, None, length=num_steps // eval_every)
-    return state, jnp.concatenate([first[None], gaps])
+    return state, jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, gaps)
 
 
 def solve_games(
     cfg: SolverConfig, games: FactoredGame, keys: jax.Array, num_steps: int, eval_every: int,
     mesh=None, gap_iters: int = 1000,
-) -> tuple[SolverState, jax.Array]:  # fmt: skip
+) -> tuple[SolverState, GapResult]:  # fmt: skip
     """:func:`solve` over a batch of games (leading axis ``G`` on every leaf of ``games`` and on
     ``keys``), vmapped and jitted with the game axis sharded over ``mesh`` (default: all devices;
-    ``G`` must be a multiple of the device count). Returns stacked states and
-    ``gaps: [G, K + 1]``. The compiled function is cached per ``(cfg, num_steps, eval_every,
+    ``G`` must be a multiple of the device count). Returns stacked states and gaps (fields
+    ``[G, K + 1]``). The compiled function is cached per ``(cfg, num_steps, eval_every,
     mesh, gap_iters)``, so new games of the same shapes (another ``kappa``, seed) reuse it."""
     mesh = sharding.data_mesh() if mesh is None else mesh
     return _batched_solver(cfg, num_steps, eval_every, mesh, gap_iters)(None, (games, keys))

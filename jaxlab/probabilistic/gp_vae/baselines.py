@@ -260,7 +260,7 @@ def fit_exact_gpvae(
     decoder = MLPDecoder(tuple(hidden), d, 0.0)
     k1, k2, k_run = jax.random.split(key, 3)
     hyper = {
-        c.name: (jnp.zeros(()), jnp.log(jnp.asarray(0.5)))
+        c.name: (jnp.zeros((), jnp.float32), jnp.log(jnp.asarray(0.5, jnp.float32)))
         for c in components
         if c.has_hyperparameters
     }
