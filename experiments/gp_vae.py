@@ -96,7 +96,7 @@ class Config:
     exact_epochs: int = 300
     local_subject_samples: bool = True
     scaling_sizes: tuple[int, ...] = (1000, 2000, 4000)
-    timing_repeats: int = 3
+    timing_repeats: int = 5
     exact_max_n: int = 8000
     ablation: bool = False
     control_epochs: tuple[int, int] | None = None
