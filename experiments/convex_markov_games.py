@@ -250,7 +250,7 @@ def run(config: Config, out_dir: Path) -> dict:
         game = jax.tree.map(lambda a: a[worst], games)
         cfgs = method_configs(config, ratio)
         paths = {m: trajectory(game, cfgs[m][0], config.steps) for m in ("sim_pgda", "alt_pgda")}
-    metrics["alt_over_sim_median"] = metrics["gap_median"]["sim_pgda"] / max(
+    metrics["sim_over_alt_median"] = metrics["gap_median"]["sim_pgda"] / max(
         metrics["gap_median"]["alt_pgda"], 1e-12
     )
     _figures(results[config.kappas[0]], paths, out_dir)
