@@ -223,10 +223,9 @@ def run(config: Config, out_dir: Path) -> dict:
         if config.ratio_search:
             ratio, search = search_ratio(config, held_out)
         results = {}
-        for kappa in config.kappas:
+        for kappa in reversed(config.kappas):  # ends with the primary kappa's games
             games, keys = make_games(config, key, kappa)
             results[kappa] = compare(config, games, keys, ratio)
-        games, keys = make_games(config, key, config.kappas[0])
         primary = results[config.kappas[0]]
         metrics = {k: {m: primary[m][k] for m in METHODS} for k in SUMMARY_KEYS}
         metrics["ratio"] = ratio

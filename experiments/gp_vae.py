@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
+from benchmarks._timing import time_call
 from experiments import _common
 from jaxlab.probabilistic import gp_vae as G
 from jaxlab.probabilistic.gp_vae import baselines as B
@@ -268,7 +269,9 @@ def _convergence_control(cfg: Config, seed: int) -> dict:
 
 
 def _time_epochs(cfg: Config, seed: int) -> dict:
-    """Seconds per epoch (compile excluded) of DGBFGP and the exact GP-prior VAE vs N."""
+    """Seconds per epoch of DGBFGP and the exact GP-prior VAE vs N: the median of
+    ``timing_repeats`` blocked calls after compilation and two warm-up calls
+    (:func:`benchmarks._timing.time_call`, the benchmarks' timer)."""
     times = {"dgbfgp": {}, "dgbfgp_without_t_x_id": {}, "exact_gpvae": {}}
     for n in cfg.scaling_sizes:
         p = max(2, n // cfg.n_times)
@@ -279,29 +282,17 @@ def _time_epochs(cfg: Config, seed: int) -> dict:
         for name, cs in (("dgbfgp", comps), ("dgbfgp_without_t_x_id", no_subject_time)):
             _, trainer = _dgbfgp(cfg, cs, cov.num_rows)
             state = trainer.init(jax.random.key(1), cov, y)
-            epoch = jax.jit(trainer.epoch)
-            for _ in range(2):  # compile + warm-up
-                state = jax.block_until_ready(epoch(state)[0])
-            runs = []
-            for _ in range(cfg.timing_repeats):
-                t0 = time.perf_counter()
-                state = jax.block_until_ready(epoch(state)[0])
-                runs.append(time.perf_counter() - t0)
-            times[name][str(n)] = float(np.median(runs))
+            epoch = jax.jit(lambda s, t=trainer: t.epoch(s)[0])
+            timing = time_call(epoch, state, n_warmup=2, n_runs=cfg.timing_repeats)
+            times[name][str(n)] = timing.median_s
 
         if n > cfg.exact_max_n:
             continue
         exact, _, (step, opt) = B.fit_exact_gpvae(jax.random.key(2), comps, cov, y,
                                                   cfg.latent_dim, cfg.hidden, epochs=0)  # fmt: skip
-        params, opt_state = exact.params, opt.init(exact.params)
-        for i in range(2):  # compile + warm-up (twice: no retrace hides in the timed calls)
-            params, opt_state, _ = jax.block_until_ready(step(params, opt_state, jax.random.key(i)))
-        runs = []
-        for i in range(cfg.timing_repeats):
-            t0 = time.perf_counter()
-            params, opt_state, _ = jax.block_until_ready(step(params, opt_state, jax.random.key(i)))
-            runs.append(time.perf_counter() - t0)
-        times["exact_gpvae"][str(n)] = float(np.median(runs))
+        args = (exact.params, opt.init(exact.params), jax.random.key(3))
+        timing = time_call(step, *args, n_warmup=2, n_runs=cfg.timing_repeats)
+        times["exact_gpvae"][str(n)] = timing.median_s
     return times
 
 
