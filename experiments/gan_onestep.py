@@ -1,0 +1,467 @@
+"""D2O on sklearn digits: a pre-trained EDM denoiser becomes a one-step generator by GAN
+fine-tuning alone, against instance distillation, distillation + GAN and GAN from scratch.
+
+Run: ``python -m experiments run gan_onestep --preset quick`` (or ``--preset full``).
+
+Stages (spec section 5, sized for 2 CPU cores):
+
+1. Data: ``load_digits`` scaled to [-1, 1], ``[N, 8, 8, 1]``; ``n_holdout`` images held out, the
+   rest is the training set. Two classifiers: the discriminator's frozen feature network (trained
+   on half A of the training set) and the metric network (a different architecture and seed,
+   trained on half B; its 64-d penultimate features define digits-FD). The FD reference is every
+   real image the metric network never saw (held-out + half A, ~1050 images): with only the 300
+   held-out images the FD of real data to real data was 3.4-8.8 across seeds, as large as the
+   differences being measured. ``fd_train_floor`` = FD(half B, reference).
+2. EDM pre-training of the U-Net (EMA weights are the teacher); ``sigma_d`` is measured on the data.
+3. References: the teacher (Heun, 18 steps = 35 NFE) and the pre-trained network used one-step
+   (D2O's wrapper at ``sigma_max = 80``, no fine-tuning).
+4. Fine-tuning, same data, seed, budget (``finetune_steps`` generator updates of ``batch``):
+   ``d2o`` (GAN only), ``d2o_f`` (3x3 convs and attention projection frozen), ``kd`` (L2 to the
+   teacher's output for the same noise, ``kd_pairs`` precomputed pairs), ``kd_gan`` (both),
+   ``scratch_gan`` (D2O from a random init; full preset). Each variant's EMA generator is scored.
+5. Local minima: for ``k`` teacher steps, FD(T_k, data), FD(T_k, G_d2o) (independent noise sets)
+   and the paired ``mean ||T_k(z) - G(z)||^2`` (shared noise). ``T_k`` uses the few-step Karras
+   grid (``final_sigma_min=False``: k - 1 Heun steps and a final Euler jump to 0); EDM's own grid
+   spends one of k steps on reaching ``sigma_min`` and diverges at k = 2 (measured FD 3e6).
+6. FD of the EMA generator vs images seen (``fd_curve``) for d2o and d2o_f.
+
+Metrics are averaged over ``n_seeds`` seeds (``seed, seed + 1, ...``); per-seed values are kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import matplotlib.pyplot as plt
+import numpy as np
+from scipy.stats import spearmanr
+from sklearn.datasets import load_digits
+from tqdm.auto import tqdm
+
+from experiments import _common
+from jaxlab.generative import gan_onestep as G
+
+NAME = "gan_onestep"
+PAPER = "Zheng & Yang, Revisiting Diffusion Models: From Generative Pre-training to One-Step Generation (ICML 2025)"  # noqa: E501
+CLAIM = (
+    "GAN fine-tuning of a pre-trained diffusion model gives a one-step generator better than "
+    "instance distillation, also with ~85% of the weights frozen"
+)
+VARIANTS = ("d2o", "d2o_f", "kd", "kd_gan", "scratch_gan")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Experiment settings.
+
+    Attributes:
+      seed, n_seeds: first seed and number of seeds (metrics are seed means).
+      channels, n_blocks: the U-Net (``UNetConfig``).
+      pretrain_steps, pretrain_batch, pretrain_lr: EDM pre-training.
+      teacher_steps: Heun steps of the reference teacher (18 = 35 NFE).
+      finetune_steps, batch, lr_g, lr_d, r1_gamma: every fine-tuning variant's budget and optimiser
+        (the spec's 1e-4 / 1e-4 left the discriminator at chance, loss 2 log 2 per head, and the
+        generator drifting for 300 steps; lr_d 2e-3 and lr_g 2e-4 were the best of four settings
+        tried on seed 0).
+      d_hidden: width of the discriminator heads.
+      kd_pairs: precomputed (z, T(z)) pairs for the distillation variants.
+      kd_weight: weight of the L2 term in ``kd_gan`` (``kd`` uses 1 and no GAN term).
+      variants: which fine-tuning variants to run (a subset of ``VARIANTS``).
+      curve_points: evaluations of the FD curve (d2o, d2o_f), evenly spaced over the budget.
+      local_minima_k: teacher step counts of the local-minima study.
+      n_eval, n_holdout: generated samples per FD; held-out real images.
+      classifier_epochs: epochs of each classifier.
+    """
+
+    seed: int = 0
+    n_seeds: int = 1
+    channels: tuple[int, ...] = (16, 32)
+    n_blocks: int = 1
+    pretrain_steps: int = 1200
+    pretrain_batch: int = 128
+    pretrain_lr: float = 2e-3
+    teacher_steps: int = 18
+    finetune_steps: int = 500
+    batch: int = 128
+    lr_g: float = 2e-4
+    lr_d: float = 2e-3
+    d_hidden: int = 64
+    r1_gamma: float = 1e-4
+    kd_pairs: int = 4096
+    kd_weight: float = 1.0
+    variants: tuple[str, ...] = ("d2o", "d2o_f", "kd", "kd_gan")
+    curve_points: int = 4
+    local_minima_k: tuple[int, ...] = (2, 4, 6, 8, 10)
+    n_eval: int = 2000
+    n_holdout: int = 300
+    classifier_epochs: int = 20
+
+
+PRESETS = {
+    "quick": Config(),
+    "full": Config(
+        n_seeds=3,
+        pretrain_steps=1500,
+        finetune_steps=800,
+        kd_pairs=8192,
+        variants=VARIANTS,
+        curve_points=10,
+    ),
+}
+
+
+def load_data(key, n_holdout: int):
+    """Digits as ``[N, 8, 8, 1]`` in [-1, 1] and labels, split into (train, holdout)."""
+    digits = load_digits()
+    x = (digits.images.astype(np.float32) / 8.0 - 1.0)[..., None]
+    y = digits.target.astype(np.int32)
+    perm = np.asarray(jax.random.permutation(key, len(x)))
+    hold, train = perm[:n_holdout], perm[n_holdout:]
+    return (jnp.asarray(x[train]), jnp.asarray(y[train])), (jnp.asarray(x[hold]), y[hold])
+
+
+def _batched(fn, x, size: int = 500):
+    """Apply a jitted ``fn`` over ``x`` in fixed-size chunks (pads the last), concatenated."""
+    n = x.shape[0]
+    pad = (-n) % size
+    xp = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
+    out = [fn(xp[i : i + size]) for i in range(0, xp.shape[0], size)]
+    return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[:n], *out)
+
+
+class Evaluator:
+    """digits-FD, coverage, classifier score and spectrum ratio against ``reference`` images
+    (real images the metric network never saw); ``floor`` = FD of ``other_real`` (real images it
+    did see) to the reference, the value a perfect generator would get up to sampling noise."""
+
+    def __init__(self, metric_net, metric_params, reference, other_real):
+        def feats(x):
+            _, pen = metric_net.apply(metric_params, x, method=G.Classifier.features)
+            return pen, jax.nn.softmax(metric_net.apply(metric_params, x), -1)
+
+        self._feats = jax.jit(feats)
+        self.holdout = reference
+        self.ref_feats = self.features(reference)[0]
+        self.train_floor = float(self.fd_features(self.features(other_real)[0]))
+
+    def features(self, x):
+        return _batched(self._feats, x)
+
+    def fd_features(self, feats):
+        return G.frechet_distance(feats, self.ref_feats)
+
+    def fd(self, images):
+        return float(self.fd_features(self.features(images)[0]))
+
+    def score(self, images) -> dict:
+        f, probs = self.features(images)
+        labels = jnp.argmax(probs, -1)
+        return {
+            "fd": float(self.fd_features(f)),
+            "coverage": float(G.class_coverage(labels, 10)),
+            "classifier_score": float(G.classifier_score(probs)),
+            "hf_power_ratio": float(G.high_band_power_ratio(images, self.holdout)),
+        }
+
+
+def _run_seed(config: Config, seed: int, pbar) -> dict:
+    key = jax.random.key(seed)
+    keys = jax.random.split(key, 9)
+    k_split, k_cls_d, k_cls_m, k_pre, k_pre_init, k_kd, k_eval, k_ft, k_lm = keys
+    (x_train, y_train), (x_hold, y_hold) = load_data(k_split, config.n_holdout)
+    half = x_train.shape[0] // 2
+    timings = {}
+
+    # 1. classifiers: D's frozen features (half A) and the metric network (half B, other arch)
+    t0 = time.perf_counter()
+    epochs = config.classifier_epochs
+    d_net = G.Classifier(G.ClassifierConfig(stages=(16, 32), width=32, epochs=epochs))
+    m_net = G.Classifier(G.ClassifierConfig(stages=(32, 64), width=64, epochs=epochs))
+    d_cls, _ = G.train_classifier(k_cls_d, d_net, x_train[:half], y_train[:half])
+    m_cls, _ = G.train_classifier(k_cls_m, m_net, x_train[half:], y_train[half:])
+    cls_acc = {
+        "d_features": float(G.accuracy(d_net, d_cls, x_hold, jnp.asarray(y_hold))),
+        "metric": float(G.accuracy(m_net, m_cls, x_hold, jnp.asarray(y_hold))),
+    }
+    # FD reference: every real image the metric network never saw (held-out + D's half)
+    evaluator = Evaluator(m_net, m_cls, jnp.concatenate([x_hold, x_train[:half]]), x_train[half:])
+    timings["classifiers"] = time.perf_counter() - t0
+    pbar.update(1)
+
+    # 2. EDM pre-training
+    t0 = time.perf_counter()
+    sigma_data = float(jnp.std(x_train))
+    edm_cfg = G.EDMConfig(sigma_data=sigma_data)
+    net = G.UNet(G.UNetConfig(channels=config.channels, n_blocks=config.n_blocks, groups=4))
+    inner = lambda p, x, c: net.apply(p, x, c)  # noqa: E731
+    params0 = net.init(k_pre_init, x_train[:1], jnp.zeros((1,)))
+    pre = G.make_pretrainer(
+        inner, x_train, edm_cfg,
+        G.PretrainConfig(batch=config.pretrain_batch, lr=config.pretrain_lr),
+    )  # fmt: skip
+    pre_state, pre_metrics = G.run_loop(
+        jax.jit(pre.step), pre.init(params0), jax.random.split(k_pre, config.pretrain_steps)
+    )
+    teacher_params = pre_state.ema
+    timings["pretrain"] = time.perf_counter() - t0
+    pbar.update(1)
+
+    # 3. references: teacher at 35 NFE, the pre-trained net used one-step
+    t0 = time.perf_counter()
+    shape = x_train.shape[1:]
+
+    @functools.partial(jax.jit, static_argnums=(2, 3))
+    def teacher(params, z, k, final_sigma_min=True):
+        return G.teacher_sample(inner, params, z, k, edm_cfg, final_sigma_min)
+
+    z_eval = jax.random.normal(k_eval, (config.n_eval, *shape))
+    teacher_imgs = _batched(lambda z: teacher(teacher_params, z, config.teacher_steps), z_eval)
+    scores = {"teacher": evaluator.score(teacher_imgs)}
+    samples = {"teacher": teacher_imgs[:64]}
+
+    disc_heads = G.ProjectedHeads(hidden=config.d_hidden)
+    disc, d_init = G.projected_discriminator(d_net, d_cls, disc_heads)
+
+    def finetuner(variant, kd_pairs=None):
+        gan_w = 0.0 if variant == "kd" else 1.0
+        kd_w = {"kd": 1.0, "kd_gan": config.kd_weight}.get(variant, 0.0)
+        ft_cfg = G.FinetuneConfig(
+            batch=config.batch, lr_g=config.lr_g, lr_d=config.lr_d, gan_weight=gan_w,
+            kd_weight=kd_w, r1_gamma=config.r1_gamma, freeze=variant == "d2o_f",
+            sigma_max=edm_cfg.sigma_max,
+        )  # fmt: skip
+        return G.make_finetuner(
+            inner, teacher_params, disc, x_train, sigma_data, ft_cfg,
+            kd_pairs=kd_pairs if kd_w > 0 else None,
+        )  # fmt: skip
+
+    gen = jax.jit(finetuner("d2o").generate)
+    onestep = _batched(lambda z: gen(teacher_params, z), z_eval)
+    scores["onestep_pretrained"] = evaluator.score(onestep)
+    samples["onestep_pretrained"] = onestep[:64]
+    timings["references"] = time.perf_counter() - t0
+
+    # KD pairs (z, T(z)) with the 35-NFE teacher
+    t0 = time.perf_counter()
+    kd_pairs = None
+    if {"kd", "kd_gan"} & set(config.variants):
+        z_kd = jax.random.normal(k_kd, (config.kd_pairs, *shape))
+        t_kd = _batched(lambda z: teacher(teacher_params, z, config.teacher_steps), z_kd)
+        kd_pairs = (z_kd, t_kd)
+    timings["kd_pairs"] = time.perf_counter() - t0
+    pbar.update(1)
+
+    # 4. fine-tuning variants, equal budget; FD curve for d2o / d2o_f
+    curve_at = np.unique(
+        np.linspace(0, config.finetune_steps, config.curve_points + 1).round().astype(int)[1:]
+    )
+    fd_curve, frozen, finals = {}, None, {}
+    for variant in config.variants:
+        t0 = time.perf_counter()
+        ft = finetuner(variant, kd_pairs)
+        g0 = net.init(jax.random.fold_in(k_pre_init, 1), x_train[:1], jnp.zeros((1,))) if (
+            variant == "scratch_gan") else teacher_params  # fmt: skip
+        state = ft.init(g0, d_init(jax.random.fold_in(k_ft, 7), x_train[:2]))
+        if ft.mask is not None:
+            frozen = G.frozen_fraction(teacher_params, ft.mask)
+        step = jax.jit(ft.step)
+        gen_v = jax.jit(ft.generate)
+        keys = jax.random.split(jax.random.fold_in(k_ft, 0), config.finetune_steps)
+        done, curve = 0, []
+        points = curve_at if variant in ("d2o", "d2o_f") else np.array([config.finetune_steps])
+        for stop in points:
+            state, _ = G.run_loop(step, state, keys[done:stop])
+            done = int(stop)
+            imgs = _batched(functools.partial(gen_v, state.ema), z_eval)
+            curve.append(evaluator.fd(imgs))
+        if variant in ("d2o", "d2o_f"):
+            fd_curve[variant] = {"images": (points * config.batch).tolist(), "fd": curve}
+        imgs = _batched(functools.partial(gen_v, state.ema), z_eval)
+        scores[variant] = evaluator.score(imgs)
+        samples[variant] = imgs[:64]
+        finals[variant] = state.ema
+        timings[variant] = time.perf_counter() - t0
+        pbar.update(1)
+
+    # 5. local minima: teacher k steps vs the D2O student
+    t0 = time.perf_counter()
+    local = None
+    if "d2o" in finals and config.local_minima_k:
+        z_a = jax.random.normal(k_lm, (config.n_eval, *shape))
+        student = _batched(lambda z: gen(finals["d2o"], z), z_a)
+        f_student_indep = evaluator.features(_batched(lambda z: gen(finals["d2o"], z), z_eval))[0]
+        local = {"k": list(config.local_minima_k), "fd_teacher_data": [],
+                 "fd_teacher_student": [], "paired_sq_dist": []}  # fmt: skip
+        for k in config.local_minima_k:
+            t_k = _batched(lambda z, k=k: teacher(teacher_params, z, k, False), z_a)
+            f_t = evaluator.features(t_k)[0]
+            local["fd_teacher_data"].append(float(evaluator.fd_features(f_t)))
+            local["fd_teacher_student"].append(float(G.frechet_distance(f_t, f_student_indep)))
+            local["paired_sq_dist"].append(float(jnp.mean(G.l2_distance(t_k, student)) * 64))
+        local["fd_student_data"] = scores["d2o"]["fd"]
+    timings["local_minima"] = time.perf_counter() - t0
+    pbar.update(1)
+
+    return {
+        "scores": scores,
+        "fd_curve": fd_curve,
+        "frozen_fraction": frozen,
+        "local_minima": local,
+        "classifier_accuracy": cls_acc,
+        "fd_train_floor": evaluator.train_floor,
+        "sigma_data": sigma_data,
+        "pretrain_loss_last": float(jnp.mean(pre_metrics["loss"][-100:])),
+        "n_params": int(sum(p.size for p in jax.tree_util.tree_leaves(teacher_params))),
+        "timings": timings,
+        "samples": {k: np.asarray(v) for k, v in samples.items()},
+    }
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def run(config: Config, out_dir: Path) -> dict:
+    unknown = set(config.variants) - set(VARIANTS)
+    if unknown:
+        raise ValueError(f"gan_onestep: unknown `variants` {sorted(unknown)}; known: {VARIANTS}.")
+    if "d2o" not in config.variants:
+        raise ValueError("gan_onestep: `variants` must include 'd2o' (the reference student).")
+    seeds = [config.seed + i for i in range(config.n_seeds)]
+    per_seed = []
+    stages = 4 + len(config.variants)
+    with tqdm(total=stages * len(seeds), desc="gan_onestep", disable=None) as pbar:
+        for seed in seeds:
+            per_seed.append(_run_seed(config, seed, pbar))
+
+    models = ["teacher", "onestep_pretrained", *config.variants]
+    fd = {m: _mean([r["scores"][m]["fd"] for r in per_seed]) for m in models}
+    fd_per_seed = {m: [r["scores"][m]["fd"] for r in per_seed] for m in models}
+    scores = {
+        key: {m: _mean([r["scores"][m][key] for r in per_seed]) for m in models}
+        for key in ("coverage", "classifier_score", "hf_power_ratio")
+    }
+    fd_curve = {
+        v: {
+            "images": per_seed[0]["fd_curve"][v]["images"],
+            "fd": np.mean([r["fd_curve"][v]["fd"] for r in per_seed], axis=0).tolist(),
+        }
+        for v in per_seed[0]["fd_curve"]
+    }
+    local = None
+    if per_seed[0]["local_minima"] is not None:
+        keys = ("fd_teacher_data", "fd_teacher_student", "paired_sq_dist")
+        local = {"k": per_seed[0]["local_minima"]["k"]}
+        local.update({k: np.mean([r["local_minima"][k] for r in per_seed], axis=0).tolist()
+                      for k in keys})  # fmt: skip
+        local["spearman_fd_teacher_student"] = float(
+            spearmanr(local["k"], local["fd_teacher_student"]).statistic
+        )
+        local["spearman_paired"] = float(spearmanr(local["k"], local["paired_sq_dist"]).statistic)
+        fdd = np.asarray(local["fd_teacher_data"])[np.asarray(local["k"]) >= 4]
+        local["fd_teacher_data_rel_range"] = (
+            float((fdd.max() - fdd.min()) / fdd.mean()) if fdd.size else None
+        )
+
+    metrics = {
+        "fd": fd,
+        "fd_per_seed": fd_per_seed,
+        "frozen_fraction": per_seed[0]["frozen_fraction"],
+        "images_seen": config.finetune_steps * config.batch,
+        "fd_curve": fd_curve,
+        "local_minima": local,
+        "hf_power_ratio": scores["hf_power_ratio"],
+        "coverage": scores["coverage"],
+        "classifier_score": scores["classifier_score"],
+        "fd_train_floor": _mean([r["fd_train_floor"] for r in per_seed]),
+        "classifier_accuracy": {
+            k: _mean([r["classifier_accuracy"][k] for r in per_seed])
+            for k in ("d_features", "metric")
+        },
+        "sigma_data": per_seed[0]["sigma_data"],
+        "n_params": per_seed[0]["n_params"],
+        "pretrain_loss_last": _mean([r["pretrain_loss_last"] for r in per_seed]),
+        "ratios": {
+            "onestep_over_kd": fd["onestep_pretrained"] / fd["kd"] if "kd" in fd else None,
+            "kd_over_d2o": fd["kd"] / fd["d2o"] if "kd" in fd else None,
+            "d2o_f_over_d2o": fd["d2o_f"] / fd["d2o"] if "d2o_f" in fd else None,
+            "d2o_over_teacher": fd["d2o"] / fd["teacher"],
+            "d2o_over_onestep": fd["d2o"] / fd["onestep_pretrained"],
+            "scratch_over_d2o": fd["scratch_gan"] / fd["d2o"] if "scratch_gan" in fd else None,
+        },
+        "timings": {k: _mean([r["timings"][k] for r in per_seed]) for k in per_seed[0]["timings"]},
+    }
+    _figures(per_seed[0]["samples"], metrics, out_dir)
+    _report(metrics, config, out_dir)
+    return metrics
+
+
+def _figures(samples: dict, metrics: dict, out_dir: Path) -> None:
+    names = list(samples)
+    fig, axes = plt.subplots(1, len(names), figsize=(2.2 * len(names), 2.6))
+    for ax, name in zip(np.atleast_1d(axes), names, strict=True):
+        imgs = np.asarray(samples[name])[:36, :, :, 0]
+        grid = imgs.reshape(6, 6, 8, 8).transpose(0, 2, 1, 3).reshape(48, 48)
+        ax.imshow(grid, cmap="gray_r", vmin=-1, vmax=1)
+        ax.set_title(f"{name}\nFD {metrics['fd'][name]:.2f}", fontsize=8)
+        ax.axis("off")
+    _common.save_figure(fig, out_dir, "samples")
+
+    if metrics["fd_curve"]:
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        for v, c in metrics["fd_curve"].items():
+            ax.plot(c["images"], c["fd"], marker="o", label=v)
+        ax.axhline(metrics["fd"]["teacher"], color="gray", ls="--", label="teacher (35 NFE)")
+        ax.set_xlabel("images seen")
+        ax.set_ylabel("digits-FD (EMA generator)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+        _common.save_figure(fig, out_dir, "fd_curve")
+
+    local = metrics["local_minima"]
+    if local is not None:
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+        ax.plot(local["k"], local["fd_teacher_student"], marker="o", label="FD(T_k, G)")
+        ax.plot(local["k"], local["fd_teacher_data"], marker="s", label="FD(T_k, data)")
+        ax.axhline(metrics["fd"]["d2o"], color="gray", ls="--", label="FD(G, data)")
+        ax.set_xlabel("teacher steps k")
+        ax.set_ylabel("digits-FD")
+        ax.legend(fontsize=8)
+        _common.save_figure(fig, out_dir, "local_minima")
+
+
+def _report(metrics: dict, config: Config, out_dir: Path) -> None:
+    fd = metrics["fd"]
+    rows = [
+        [m, fd[m], metrics["coverage"][m], metrics["classifier_score"][m],
+         metrics["hf_power_ratio"][m]]
+        for m in fd
+    ]  # fmt: skip
+    table = _common.markdown_table(
+        ["model", "digits-FD", "class coverage", "classifier score", "high-band power ratio"], rows
+    )
+    r = metrics["ratios"]
+    lines = [
+        f"Seeds {config.seed}..{config.seed + config.n_seeds - 1}; {metrics['images_seen']} images "
+        f"per fine-tuning variant; FD floor (training vs held-out real images) "
+        f"{metrics['fd_train_floor']:.3g}; D2O-F frozen fraction {metrics['frozen_fraction']}.",
+        f"FD ratios: one-step pre-trained / KD {r['onestep_over_kd']}, KD / D2O "
+        f"{r['kd_over_d2o']}, D2O-F / D2O {r['d2o_f_over_d2o']}, D2O / teacher "
+        f"{r['d2o_over_teacher']:.3g}, scratch / D2O {r['scratch_over_d2o']}.",
+    ]
+    local = metrics["local_minima"]
+    if local is not None:
+        lm = _common.markdown_table(
+            ["k", "FD(T_k, data)", "FD(T_k, G_d2o)", "paired ||T_k(z) - G(z)||^2"],
+            [list(t) for t in zip(local["k"], local["fd_teacher_data"],
+                                  local["fd_teacher_student"], local["paired_sq_dist"],
+                                  strict=True)],
+        )  # fmt: skip
+        lines.append("Local minima (teacher k steps vs the D2O student):\n\n" + lm)
+    _common.write_report(out_dir, "D2O: one-step generation by GAN fine-tuning", table, *lines)

@@ -1,0 +1,163 @@
+"""Small digit classifiers and the projected discriminator.
+
+- :class:`Classifier`: a small CNN (conv-pool stages then a dense penultimate layer) whose
+  ``features`` method returns the activations after every stage and the penultimate vector. Two
+  differently shaped, differently seeded classifiers trained on different splits serve two roles:
+  the *frozen feature network* of the discriminator, and the *metric network* of digits-FD (kept
+  separate to avoid the metric leak the spec warns about).
+- :class:`ProjectedHeads`: the light trainable heads of the projected discriminator. One head per
+  feature map: 1x1 conv -> LeakyReLU(0.2) -> 1x1 conv to a logit map; the discriminator's output
+  is the list of logit maps and every loss sums over it (as the official D2O code does).
+- :func:`projected_discriminator`: ``logits(d_params, x)`` = heads applied to the frozen network's
+  features of ``x`` (gradients flow to ``x`` and to the heads, never into the frozen weights).
+- :func:`train_classifier`: Adam on cross-entropy, whole epochs in one jitted ``lax.scan``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+PyTree = Any
+# logits(d_params, x [B, H, W, C]) -> list of [B, h, w, 1] logit maps
+Discriminator = Callable[[PyTree, jax.Array], list[jax.Array]]
+
+__all__ = [
+    "Classifier",
+    "ClassifierConfig",
+    "ProjectedHeads",
+    "accuracy",
+    "projected_discriminator",
+    "train_classifier",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassifierConfig:
+    """``stages``: channels of the conv-pool stages; ``width``: penultimate features;
+    ``n_classes``; training: ``epochs``, ``batch``, ``lr``."""
+
+    stages: tuple[int, ...] = (32, 64)
+    width: int = 64
+    n_classes: int = 10
+    epochs: int = 30
+    batch: int = 64
+    lr: float = 2e-3
+
+
+class Classifier(nn.Module):
+    config: ClassifierConfig = ClassifierConfig()
+
+    def setup(self):
+        self.convs = [nn.Conv(c, (3, 3), name=f"conv{i}") for i, c in enumerate(self.config.stages)]
+        self.dense = nn.Dense(self.config.width, name="dense")
+        self.head = nn.Dense(self.config.n_classes, name="head")
+
+    def features(self, x):
+        """``(stage_maps, penultimate)``: a list of ``[B, h_i, w_i, c_i]`` maps, ``[B, width]``."""
+        maps = []
+        h = x
+        for conv in self.convs:
+            h = nn.avg_pool(nn.silu(conv(h)), (2, 2), (2, 2))
+            maps.append(h)
+        return maps, nn.silu(self.dense(h.reshape(h.shape[0], -1)))
+
+    def __call__(self, x):
+        return self.head(self.features(x)[1])
+
+
+class ProjectedHeads(nn.Module):
+    """One head per feature map, ``kernel x kernel`` conv -> LeakyReLU(0.2) -> 1x1 conv; returns
+    a list of ``[B, h, w, 1]`` logit maps."""
+
+    hidden: int = 32
+    kernel: int = 3
+
+    @nn.compact
+    def __call__(self, maps):
+        out = []
+        k = (self.kernel, self.kernel)
+        for i, m in enumerate(maps):
+            h = nn.leaky_relu(nn.Conv(self.hidden, k, name=f"head{i}_conv0")(m), 0.2)
+            out.append(nn.Conv(1, (1, 1), name=f"head{i}_conv1")(h))
+        return out
+
+
+def projected_discriminator(
+    classifier: Classifier, classifier_params: PyTree, heads: ProjectedHeads, pixels: bool = True
+) -> tuple[Discriminator, Callable[[jax.Array, jax.Array], PyTree]]:
+    """``(logits, init)``: the projected discriminator on a frozen classifier's stage maps.
+
+    ``logits(d_params, x)`` returns the heads' logit maps; the classifier's weights are closed
+    over under ``stop_gradient`` (frozen), so ``d_params`` holds only the heads.
+    ``init(key, x)`` initialises the heads for images shaped like ``x``.
+
+    ``pixels=True`` adds the image itself as the first "feature map" (a trainable conv head at
+    full resolution). A tiny digit classifier's pooled features, unlike the ImageNet networks of
+    the official discriminator, say nothing about high frequencies: without the pixel head the
+    generator learns high-frequency patterns that fool them (measured: FD 1147 and a high-band
+    power ratio of 7.8 after 200 D2O updates).
+    """
+    frozen = jax.lax.stop_gradient(classifier_params)
+
+    def feature_maps(x):
+        maps, _ = classifier.apply(frozen, x, method=Classifier.features)
+        return [x, *maps] if pixels else maps
+
+    def logits(d_params, x):
+        return heads.apply(d_params, feature_maps(x))
+
+    def init(key, x):
+        return heads.init(key, feature_maps(x))
+
+    return logits, init
+
+
+def accuracy(classifier: Classifier, params: PyTree, x: jax.Array, y: jax.Array) -> jax.Array:
+    """Fraction of ``x`` classified as ``y``."""
+    return jnp.mean(jnp.argmax(classifier.apply(params, x), -1) == y)
+
+
+def train_classifier(
+    key: jax.Array, classifier: Classifier, x: jax.Array, y: jax.Array
+) -> tuple[PyTree, jax.Array]:
+    """Train ``classifier`` on ``(x [N, H, W, C], y [N])`` with Adam; returns
+    ``(params, per-epoch mean loss [epochs])``. Each epoch is a random permutation cut into
+    ``N // batch`` minibatches (the remainder is dropped that epoch)."""
+    cfg = classifier.config
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"train_classifier: `x` has {x.shape[0]} images but `y` {y.shape[0]}.")
+    n_batches = x.shape[0] // cfg.batch
+    if n_batches < 1:
+        raise ValueError(f"train_classifier: need >= {cfg.batch} images, got {x.shape[0]}.")
+    k_init, k_epochs = jax.random.split(key)
+    params = classifier.init(k_init, x[:1])
+    opt = optax.adam(cfg.lr)
+
+    def loss_fn(p, xb, yb):
+        logits = classifier.apply(p, xb)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+
+    def epoch(carry, k):
+        p, s = carry
+        idx = jax.random.permutation(k, x.shape[0])[: n_batches * cfg.batch]
+        idx = idx.reshape(n_batches, cfg.batch)
+
+        def batch_step(carry, ib):
+            p, s = carry
+            loss, g = jax.value_and_grad(loss_fn)(p, x[ib], y[ib])
+            u, s = opt.update(g, s, p)
+            return (optax.apply_updates(p, u), s), loss
+
+        (p, s), losses = jax.lax.scan(batch_step, (p, s), idx)
+        return (p, s), losses.mean()
+
+    run = jax.jit(lambda p, s: jax.lax.scan(epoch, (p, s), jax.random.split(k_epochs, cfg.epochs)))
+    (params, _), losses = run(params, opt.init(params))
+    return params, losses
