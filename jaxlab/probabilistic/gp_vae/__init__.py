@@ -6,8 +6,9 @@ obtained; the model follows the spec built from a downstream copy of its model f
 run configurations.
 
 Contents: basis functions (:mod:`.bases`), the NumPyro model and mean-field guide with the fused
-gather/GEMM latent (:mod:`.model`), SVI training and conditional generation (:mod:`.train`).
-Work in progress: the CVAE / exact GP-prior VAE / MLP baselines and the experiment are not here yet.
+gather/GEMM latent (:mod:`.model`), SVI training and conditional generation (:mod:`.train`), the
+Health-Digits data (:mod:`.data`) and the CVAE / exact GP-prior VAE / MLP baselines
+(:mod:`.baselines`).
 """
 
 from jaxlab.probabilistic.gp_vae.bases import (
