@@ -449,7 +449,8 @@ def _report(metrics: dict, config: Config, out_dir: Path) -> None:
     r = metrics["ratios"]
     lines = [
         f"Seeds {config.seed}..{config.seed + config.n_seeds - 1}; {metrics['images_seen']} images "
-        f"per fine-tuning variant; FD floor (training vs held-out real images) "
+        "per fine-tuning variant; FD floor (real images the metric network trained on vs the "
+        f"reference) "
         f"{metrics['fd_train_floor']:.3g}; D2O-F frozen fraction {metrics['frozen_fraction']}.",
         f"FD ratios: one-step pre-trained / KD {r['onestep_over_kd']}, KD / D2O "
         f"{r['kd_over_d2o']}, D2O-F / D2O {r['d2o_f_over_d2o']}, D2O / teacher "
