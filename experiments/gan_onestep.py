@@ -106,11 +106,10 @@ PRESETS = {
     "quick": Config(),
     "full": Config(
         n_seeds=3,
-        pretrain_steps=1500,
         finetune_steps=800,
         kd_pairs=8192,
         variants=VARIANTS,
-        curve_points=10,
+        curve_points=8,
     ),
 }
 
