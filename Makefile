@@ -22,7 +22,7 @@ demo: $(STAMP)
 	$(PY) -m experiments report
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(JOBS) tests
+	$(PY) -m pytest -q -n $(JOBS) --dist loadgroup tests
 
 bench: $(STAMP)
 	$(PY) -m benchmarks run --all --size small

@@ -198,7 +198,7 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     edm_cfg = G.EDMConfig(sigma_data=sigma_data)
     net = G.UNet(G.UNetConfig(channels=config.channels, n_blocks=config.n_blocks, groups=4))
     inner = lambda p, x, c: net.apply(p, x, c)  # noqa: E731
-    params0 = net.init(k_pre_init, x_train[:1], jnp.zeros((1,)))
+    params0 = jax.jit(net.init)(k_pre_init, x_train[:1], jnp.zeros((1,)))
     pre = G.make_pretrainer(
         inner, x_train, edm_cfg,
         G.PretrainConfig(batch=config.pretrain_batch, lr=config.pretrain_lr),
@@ -263,9 +263,9 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     for variant in config.variants:
         t0 = time.perf_counter()
         ft = finetuner(variant, kd_pairs)
-        g0 = net.init(jax.random.fold_in(k_pre_init, 1), x_train[:1], jnp.zeros((1,))) if (
+        g0 = jax.jit(net.init)(jax.random.fold_in(k_pre_init, 1), x_train[:1], jnp.zeros((1,))) if (
             variant == "scratch_gan") else teacher_params  # fmt: skip
-        state = ft.init(g0, d_init(jax.random.fold_in(k_ft, 7), x_train[:2]))
+        state = jax.jit(ft.init)(g0, jax.jit(d_init)(jax.random.fold_in(k_ft, 7), x_train[:2]))
         if ft.mask is not None:
             frozen = G.frozen_fraction(teacher_params, ft.mask)
         step = jax.jit(ft.step)
