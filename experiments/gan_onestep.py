@@ -282,10 +282,9 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
             curve.append(evaluator.fd(imgs))
         if variant in ("d2o", "d2o_f"):
             fd_curve[variant] = {"images": (points * config.batch).tolist(), "fd": curve}
-        imgs = _batched(functools.partial(gen_v, state.ema), z_eval)
-        scores[variant] = evaluator.score(imgs)
+        scores[variant] = evaluator.score(imgs)  # the last point is the end of the budget
         samples[variant] = imgs[:64]
-        finals[variant] = state.ema
+        finals[variant] = (state.ema, imgs)
         timings[variant] = time.perf_counter() - t0
         pbar.update(1)
 
@@ -294,8 +293,9 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     local = None
     if "d2o" in finals and config.local_minima_k:
         z_a = jax.random.normal(k_lm, (config.n_eval, *shape))
-        student = _batched(lambda z: gen(finals["d2o"], z), z_a)
-        f_student_indep = evaluator.features(_batched(lambda z: gen(finals["d2o"], z), z_eval))[0]
+        d2o_params, d2o_eval_imgs = finals["d2o"]
+        student = _batched(functools.partial(gen, d2o_params), z_a)
+        f_student_indep = evaluator.features(d2o_eval_imgs)[0]  # independent noise z_eval
         local = {"k": list(config.local_minima_k), "fd_teacher_data": [],
                  "fd_teacher_student": [], "paired_sq_dist": []}  # fmt: skip
         for k in config.local_minima_k:

@@ -116,6 +116,13 @@ def ema_update(ema: PyTree, params: PyTree, beta: jax.Array) -> PyTree:
     return jax.tree_util.tree_map(lambda e, p: beta * e + (1.0 - beta) * p, ema, params)
 
 
+def _ramped_ema(ema, params, step, batch, halflife_images, rampup):
+    """The EMA after update ``step`` (0-based): half-life ``min(halflife_images, rampup * seen)``
+    with ``seen = (step + 1) * batch`` images."""
+    seen = (step + 1).astype(jnp.float32) * batch
+    return ema_update(ema, params, ema_beta(batch, jnp.minimum(halflife_images, rampup * seen)))
+
+
 def _path_names(path) -> tuple[str, ...]:
     return tuple(str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path)
 
@@ -245,9 +252,8 @@ def make_pretrainer(
         )
         updates, opt_state = opt.update(g, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        seen = (state.step + 1).astype(jnp.float32) * config.batch
-        h = jnp.minimum(config.ema_halflife_images, config.ema_rampup * seen)
-        ema = ema_update(state.ema, params, ema_beta(config.batch, h))
+        ema = _ramped_ema(state.ema, params, state.step, config.batch,
+                          config.ema_halflife_images, config.ema_rampup)  # fmt: skip
         return PretrainState(state.step + 1, params, opt_state, ema), {"loss": loss}
 
     return Pretrainer(init, step)
@@ -432,9 +438,8 @@ def make_finetuner(
                 )
 
         # 4. EMA of the generator
-        seen = (state.step + 1).astype(jnp.float32) * b
-        h = jnp.minimum(config.ema_halflife_images, config.ema_rampup * seen)
-        ema = ema_update(state.ema, g_params, ema_beta(b, h))
+        ema = _ramped_ema(state.ema, g_params, state.step, b, config.ema_halflife_images,
+                          config.ema_rampup)  # fmt: skip
         new = FinetuneState(state.step + 1, g_params, g_opt, d_params, d_opt, ema)
         return new, {"loss_g": loss_g, "gan_g": gan_g, "kd": kd, "loss_d": loss_d, "r1": r1}
 
