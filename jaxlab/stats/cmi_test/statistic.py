@@ -1,0 +1,415 @@
+"""The cross-fitted, conditionally centred kernel test of ``E[Y | X, Z] = E[Y | Z]`` and its baselines.
+
+Zhang, Huang, Yang, Shao, "Testing Conditional Mean Independence Using Generative Neural Networks"
+(ICML 2025). Spec: ``papers/cmi_test.md``.
+
+Per fold ``k`` (``K`` contiguous folds; nuisances fitted on the other folds), on its ``n_k`` rows:
+
+- ``x``, each draw ``x~[:, m]`` and ``z`` standardised per coordinate over the fold; the residual
+  ``r = (y - m_hat(z)) / sd(y)``, i.e. ``y`` and ``m_hat`` both scaled by ``y``'s SDs (the spec's fix
+  of the official code, which standardised them separately);
+- ``U = k(x, x) - A - A^T + C`` (:func:`~jaxlab.stats.cmi_test.nuisance.centred_gram`),
+  ``V = r r^T``, ``W = k_Z(z, z)``, ``F = U * V * W`` with zero diagonal;
+- ``T_k = sum_{i != j} F_ij / (n_k - 1)`` (n times a U-statistic: O_p(1) under H0, ~n under H1);
+- multiplier bootstrap ``T_k^(b) = e^(b)T F e^(b) / (n_k - 1)`` with Rademacher (or Gaussian)
+  ``e^(b)``, the nuisances and ``F`` held fixed, one batched matmul for all ``b``.
+
+Folds combine as ``T = mean_k T_k`` and ``T^(b) = mean_k T_k^(b)`` (independent multipliers per
+fold), and ``p = mean_b 1[T^(b) > T]`` (upper tail). Kernel bandwidths are medians of the fold's
+off-diagonal distances after standardisation.
+
+Baselines on the same nuisances: ``"naive"`` (``U = k(x, x)``, no centring, no generator) and
+``"gcm"`` (Shah and Peters' generalised covariance measure: ``R_i = (x_i - x_hat_i) (y_i -
+m_hat_i)^T`` flattened, ``S = max |sqrt(n) mean(R) / sd(R)|`` calibrated by a Gaussian multiplier
+bootstrap of the max; ``x_hat_i`` = the mean of the generator's ``M`` draws).
+
+Static shapes: folds are index arrays padded to a common size with a 0/1 mask, so every fold (and
+every replicate) has the same shapes and the whole test is one jitted, ``vmap``-able function. The
+bootstrap's draw axis is sharded over a mesh's ``"data"`` axis when a mesh is given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxlab.core import sharding
+from jaxlab.stats.cmi_test import kernels as K
+from jaxlab.stats.cmi_test.nuisance import Generator, Regressor, centred_gram
+
+__all__ = [
+    "TESTS",
+    "CMIConfig",
+    "FoldData",
+    "TestResult",
+    "bootstrap_draws",
+    "cmi_test",
+    "compare_tests",
+    "cross_fit",
+    "fold_indices",
+    "fold_matrix",
+    "gcm_from_folds",
+    "kernel_test_from_folds",
+    "replicate_tests",
+]
+
+TESTS = ("cmi", "naive", "gcm")
+
+
+@dataclasses.dataclass(frozen=True)
+class CMIConfig:
+    """Settings of the test.
+
+    Attributes:
+      folds: number of cross-fitting folds ``K`` (contiguous blocks; official default 2).
+      num_samples: generator draws ``M`` per evaluation row (official 100).
+      num_boot: bootstrap draws ``B`` (official 1000).
+      kernel: ``"laplace"`` (official) or ``"gaussian"``, for both ``k_X`` and ``k_Z``.
+      multiplier: ``"rademacher"`` (official default) or ``"gaussian"`` bootstrap weights.
+    """
+
+    folds: int = 2
+    num_samples: int = 100
+    num_boot: int = 1000
+    kernel: K.Kernel = "laplace"
+    multiplier: Literal["rademacher", "gaussian"] = "rademacher"
+
+    def __post_init__(self):
+        if self.folds < 2:
+            raise ValueError(f"`folds` must be >= 2 (cross-fitting), got {self.folds}.")
+        if self.num_samples < 1:
+            raise ValueError(f"`num_samples` must be >= 1, got {self.num_samples}.")
+        if self.num_boot < 1:
+            raise ValueError(f"`num_boot` must be >= 1, got {self.num_boot}.")
+        if self.kernel not in ("laplace", "gaussian"):
+            raise ValueError(f"`kernel` must be 'laplace' or 'gaussian', got {self.kernel!r}.")
+        if self.multiplier not in ("rademacher", "gaussian"):
+            raise ValueError(
+                f"`multiplier` must be 'rademacher' or 'gaussian', got {self.multiplier!r}."
+            )
+
+
+class TestResult(NamedTuple):
+    """A test's statistic, its bootstrap p-value and the bootstrap draws ``[B]``."""
+
+    statistic: jax.Array
+    p_value: jax.Array
+    bootstrap: jax.Array
+
+
+class FoldData(NamedTuple):
+    """Evaluation rows of every fold with their fitted nuisances (leading axis ``K``).
+
+    ``x [K, n_e, dx]``, ``x_tilde [K, n_e, M, dx]``, ``y [K, n_e, dy]``, ``m_hat [K, n_e, dy]``,
+    ``z [K, n_e, dz]``, ``mask [K, n_e]`` (``n_e`` = the largest fold; padded rows masked out).
+    """
+
+    x: jax.Array
+    x_tilde: jax.Array
+    y: jax.Array
+    m_hat: jax.Array
+    z: jax.Array
+    mask: jax.Array
+
+
+def fold_indices(n: int, folds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Contiguous folds as padded index arrays (NumPy, static).
+
+    Fold sizes follow ``np.array_split`` (the first ``n % folds`` folds get one more row).
+
+    Returns:
+      ``(eval_idx [K, n_e], eval_mask [K, n_e], train_idx [K, n_t], train_mask [K, n_t])`` with
+      ``n_e = ceil(n / K)`` and ``n_t = n - floor(n / K)``; padded slots hold index 0, mask False.
+    """
+    if folds < 2 or n < 2 * folds:
+        raise ValueError(f"need folds >= 2 and n >= 2 * folds, got n={n}, folds={folds}.")
+    blocks = np.array_split(np.arange(n), folds)
+    n_e, n_t = -(-n // folds), n - n // folds
+    eval_idx = np.zeros((folds, n_e), np.int32)
+    eval_mask = np.zeros((folds, n_e), bool)
+    train_idx = np.zeros((folds, n_t), np.int32)
+    train_mask = np.zeros((folds, n_t), bool)
+    for k, block in enumerate(blocks):
+        rest = np.setdiff1d(np.arange(n), block)
+        eval_idx[k, : len(block)], eval_mask[k, : len(block)] = block, True
+        train_idx[k, : len(rest)], train_mask[k, : len(rest)] = rest, True
+    return eval_idx, eval_mask, train_idx, train_mask
+
+
+def cross_fit(
+    x, y, z, key, generator: Generator, regressor: Regressor, config: CMIConfig
+) -> FoldData:
+    """Fit both nuisances on each fold's complement (``vmap`` over folds) and evaluate on the fold.
+
+    The fitters see only the complement's rows (gathered, with 0/1 weights for padding), so fold
+    ``k``'s nuisances never see fold ``k``. Arrays must already be 2-D (see :func:`cmi_test`).
+    """
+    eval_idx, eval_mask, train_idx, train_mask = fold_indices(x.shape[0], config.folds)
+    w = jnp.asarray(train_mask, x.dtype)
+    k_gen, k_reg, k_smp = jax.random.split(key, 3)
+    kf = config.folds
+    g_params = jax.vmap(generator.fit)(jax.random.split(k_gen, kf), x[train_idx], z[train_idx], w)
+    r_params = jax.vmap(regressor.fit)(jax.random.split(k_reg, kf), y[train_idx], z[train_idx], w)
+    z_eval = z[eval_idx]
+    sample = functools.partial(generator.sample, num_samples=config.num_samples)
+    x_tilde = jax.vmap(sample)(g_params, jax.random.split(k_smp, kf), z_eval)
+    m_hat = jax.vmap(regressor.predict)(r_params, z_eval)
+    return FoldData(x[eval_idx], x_tilde, y[eval_idx], m_hat, z_eval, jnp.asarray(eval_mask))
+
+
+def fold_matrix(
+    x, x_tilde, y, m_hat, z, mask, kernel: K.Kernel = "laplace", centred: bool = True
+) -> jax.Array:
+    """``F = U * V * W`` of one fold, zero on the diagonal and on padded rows; ``[n_e, n_e]``.
+
+    ``centred=False`` gives the naive statistic's ``U = k(x, x)`` (``x_tilde`` unused).
+    """
+    xs, zs = K.standardise(x, mask), K.standardise(z, mask)
+    w = mask[:, None].astype(y.dtype)
+    count = jnp.maximum(w.sum(), 2.0)
+    y_mean = (w * y).sum(0) / count
+    y_sd = jnp.sqrt((w * (y - y_mean[None, :]) ** 2).sum(0) / (count - 1.0) + 1e-12)
+    r = (y - m_hat) / y_sd[None, :]
+    dx = K.pairwise_distance(xs, xs, kernel)
+    bw_x = K.median_bandwidth(dx, mask, kernel)
+    kxx = K.kernel_from_distance(dx, bw_x)
+    if centred:
+        u = centred_gram(xs, x_tilde, bw_x, kernel, kxx=kxx, standardise_mask=mask)
+    else:
+        u = kxx
+    dz = K.pairwise_distance(zs, zs, kernel)
+    wz = K.kernel_from_distance(dz, K.median_bandwidth(dz, mask, kernel))
+    n = x.shape[0]
+    pair = mask[:, None] & mask[None, :] & ~jnp.eye(n, dtype=bool)
+    return jnp.where(pair, u * (r @ r.T) * wz, 0.0)
+
+
+def bootstrap_draws(
+    f: jax.Array, mask: jax.Array, key: jax.Array, config: CMIConfig, mesh: Mesh | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """Fold statistics and multiplier-bootstrap draws, combined over folds.
+
+    Args:
+      f: ``[K, n_e, n_e]`` fold matrices; mask: ``[K, n_e]``.
+      key: multiplier key; mesh: shards the ``B`` draws over its ``"data"`` axis (``None``: no
+        constraint; ``B`` must be a multiple of the device count).
+
+    Returns:
+      ``(T, T_boot [B])`` with ``T = mean_k T_k`` and ``T_boot = mean_k e_k^T F_k e_k / (n_k - 1)``.
+    """
+    kf, n_e, _ = f.shape
+    shape = (kf, config.num_boot, n_e)
+    if config.multiplier == "rademacher":
+        e = jax.random.rademacher(key, shape, f.dtype)
+    else:
+        e = jax.random.normal(key, shape, f.dtype)
+    e = sharding.constrain_batch(e, mesh, axis=1)
+    denom = jnp.maximum(mask.sum(-1).astype(f.dtype) - 1.0, 1.0)  # [K]
+    t_k = f.sum((1, 2)) / denom
+    quad = jnp.sum(jnp.einsum("kbi,kij->kbj", e, f) * e, -1) / denom[:, None]  # [K, B]
+    return t_k.mean(), quad.mean(0)
+
+
+def kernel_test_from_folds(
+    folds: FoldData, key, config: CMIConfig, centred: bool = True, mesh: Mesh | None = None
+) -> TestResult:
+    """The centred (``"cmi"``) or naive kernel test from fitted folds."""
+    f = jax.vmap(functools.partial(fold_matrix, kernel=config.kernel, centred=centred))(*folds)
+    t, boot = bootstrap_draws(f, folds.mask, key, config, mesh)
+    return TestResult(t, jnp.mean(boot > t), boot)
+
+
+def gcm_from_folds(folds: FoldData, key, num_boot: int) -> TestResult:
+    """Shah and Peters' GCM with max-|t| statistic and Gaussian-multiplier calibration.
+
+    ``R_i = vec((x_i - x_hat_i)(y_i - m_hat_i)^T)`` pooled over every fold's rows;
+    ``S = max_j |sqrt(n) mean_i R_ij / sd_j|``; draws ``max_j |n^{-1/2} sum_i e_i (R_ij - mean_j) /
+    sd_j|`` with ``e ~ N(0, 1)``; ``p = mean(draws >= S)``.
+    """
+    x_hat = folds.x_tilde.mean(-2)
+    rx = folds.x - x_hat  # [K, n_e, dx]
+    ry = folds.y - folds.m_hat  # [K, n_e, dy]
+    r = (rx[..., :, None] * ry[..., None, :]).reshape(-1, rx.shape[-1] * ry.shape[-1])
+    w = folds.mask.reshape(-1).astype(r.dtype)[:, None]
+    n = jnp.maximum(w.sum(), 2.0)
+    mean = (w * r).sum(0) / n
+    sd = jnp.sqrt((w * (r - mean[None, :]) ** 2).sum(0) / (n - 1.0) + 1e-30)
+    stat = jnp.max(jnp.abs(jnp.sqrt(n) * mean / sd))
+    rn = w * (r - mean[None, :]) / sd[None, :]
+    e = jax.random.normal(key, (num_boot, r.shape[0]), r.dtype)
+    boot = jnp.max(jnp.abs(e @ rn), -1) / jnp.sqrt(n)
+    return TestResult(stat, jnp.mean(boot >= stat), boot)
+
+
+def _tests_core(x, y, z, key, generator, regressor, config, tests, mesh):
+    k_fit, k_boot, k_gcm = jax.random.split(key, 3)
+    folds = cross_fit(x, y, z, k_fit, generator, regressor, config)
+    out = {}
+    for name in tests:
+        if name == "gcm":
+            out[name] = gcm_from_folds(folds, k_gcm, config.num_boot)
+        else:  # "cmi" and "naive" share the multipliers: a paired comparison
+            out[name] = kernel_test_from_folds(folds, k_boot, config, name == "cmi", mesh)
+    return out
+
+
+_jit_core = jax.jit(_tests_core, static_argnames=("config", "tests", "mesh"))
+
+
+def _as_2d(a, name: str) -> jax.Array:
+    a = jnp.asarray(a)
+    if a.ndim == 1:
+        a = a[:, None]
+    if a.ndim != 2:
+        raise ValueError(f"`{name}` must be [n] or [n, d], got shape {a.shape}.")
+    if not jnp.issubdtype(a.dtype, jnp.floating):
+        a = a.astype(jnp.result_type(float))
+    return a
+
+
+def _check_finite(a, name: str) -> None:
+    if not isinstance(a, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(a))):
+        raise ValueError(f"`{name}` has non-finite entries (NaN or inf).")
+
+
+def _check_tests(tests: Sequence[str]) -> tuple[str, ...]:
+    tests = tuple(tests)
+    bad = [t for t in tests if t not in TESTS]
+    if bad or not tests:
+        raise ValueError(f"`tests` must be a non-empty subset of {TESTS}, got {tests}.")
+    return tests
+
+
+def _check_data(x, y, z, config: CMIConfig, *, batched: bool):
+    names = ("xs", "ys", "zs") if batched else ("x", "y", "z")
+    arrays = []
+    for a, name in zip((x, y, z), names, strict=True):
+        a = jnp.asarray(a)
+        if batched:
+            if a.ndim == 2:
+                a = a[..., None]
+            if a.ndim != 3:
+                raise ValueError(f"`{name}` must be [R, n] or [R, n, d], got shape {a.shape}.")
+            if not jnp.issubdtype(a.dtype, jnp.floating):
+                a = a.astype(jnp.result_type(float))
+        else:
+            a = _as_2d(a, name)
+        _check_finite(a, name)
+        arrays.append(a)
+    lead = 2 if batched else 1
+    shapes = {name: a.shape[:lead] for a, name in zip(arrays, names, strict=True)}
+    if len(set(shapes.values())) != 1:
+        raise ValueError(f"sample counts differ: {shapes}; x, y and z need the same rows.")
+    n = arrays[0].shape[lead - 1]
+    if n < 2 * config.folds:
+        raise ValueError(f"need at least 2 rows per fold: n={n} < 2 * folds={2 * config.folds}.")
+    return arrays
+
+
+def compare_tests(
+    x,
+    y,
+    z,
+    key: jax.Array,
+    *,
+    generator: Generator,
+    regressor: Regressor,
+    config: CMIConfig = CMIConfig(),
+    tests: Sequence[str] = TESTS,
+    mesh: Mesh | None = None,
+) -> dict[str, TestResult]:
+    """Run ``tests`` (``"cmi"``, ``"naive"``, ``"gcm"``) on the same cross-fitted nuisances.
+
+    Args:
+      x: ``[n, dx]`` (or ``[n]``) the tested block; y: ``[n, dy]`` the response; z: ``[n, dz]``.
+      key: PRNG key (nuisance fits, generator draws, bootstrap multipliers).
+      generator, regressor: nuisance fitters (:mod:`jaxlab.stats.cmi_test.nuisance`).
+      config: :class:`CMIConfig`.
+      mesh: shard the bootstrap draws over this mesh's ``"data"`` axis.
+
+    Returns:
+      ``{test: TestResult}``; ``p_value`` is the bootstrap p-value (reject when ``p < alpha``).
+
+    Raises:
+      ValueError: mismatched row counts, non-finite inputs, too few rows, unknown tests.
+    """
+    tests = _check_tests(tests)
+    x, y, z = _check_data(x, y, z, config, batched=False)
+    return _jit_core(x, y, z, key, generator, regressor, config, tests, mesh)
+
+
+def cmi_test(
+    x,
+    y,
+    z,
+    key: jax.Array,
+    *,
+    generator: Generator,
+    regressor: Regressor,
+    config: CMIConfig = CMIConfig(),
+    mesh: Mesh | None = None,
+) -> TestResult:
+    """The conditional mean independence test of ``H0: E[Y | X, Z] = E[Y | Z]``.
+
+    See the module docstring for the statistic; arguments as in :func:`compare_tests`.
+
+    Returns:
+      ``TestResult(statistic T, p_value, bootstrap [B])``.
+
+    Example::
+
+        gen, reg = LinearGaussianGenerator(), RidgeRegressor()
+        res = cmi_test(x, y, z, jax.random.key(0), generator=gen, regressor=reg)
+        reject = res.p_value < 0.05
+    """
+    out = compare_tests(
+        x, y, z, key, generator=generator, regressor=regressor, config=config, tests=("cmi",),
+        mesh=mesh,
+    )  # fmt: skip
+    return out["cmi"]
+
+
+@functools.partial(jax.jit, static_argnames=("config", "tests", "batch_size"))
+def _replicates(xs, ys, zs, keys, generator, regressor, config, tests, batch_size):
+    def one(args):
+        x, y, z, k = args
+        return _tests_core(x, y, z, k, generator, regressor, config, tests, None)
+
+    return jax.lax.map(one, (xs, ys, zs, keys), batch_size=batch_size)
+
+
+def replicate_tests(
+    xs,
+    ys,
+    zs,
+    keys: jax.Array,
+    *,
+    generator: Generator,
+    regressor: Regressor,
+    config: CMIConfig = CMIConfig(),
+    tests: Sequence[str] = TESTS,
+    batch_size: int | None = None,
+) -> dict[str, TestResult]:
+    """:func:`compare_tests` over ``R`` independent data sets in one jitted call.
+
+    Replicates are ``vmap``ped in groups of ``batch_size`` (``jax.lax.map``; ``None`` = all at
+    once), which bounds memory when the nuisances are networks trained per replicate and fold.
+
+    Args:
+      xs, ys, zs: ``[R, n, d]`` (or ``[R, n]``); keys: ``[R]`` keys.
+
+    Returns:
+      ``{test: TestResult}`` with a leading replicate axis on every field.
+    """
+    tests = _check_tests(tests)
+    xs, ys, zs = _check_data(xs, ys, zs, config, batched=True)
+    if keys.shape != (xs.shape[0],):
+        raise ValueError(f"`keys` must have shape ({xs.shape[0]},), got {keys.shape}.")
+    return _replicates(xs, ys, zs, keys, generator, regressor, config, tests, batch_size)

@@ -1,0 +1,273 @@
+"""jaxlab.stats.cmi_test: the statistic against a loop, exact zeros, bootstrap moments, invariances,
+calibration, GCM by hand, cross-fitting, sharding and input errors."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from scipy import stats
+
+from jaxlab.stats import cmi_test as C
+from jaxlab.stats.cmi_test import kernels as K
+
+TINY = C.CMIConfig(num_samples=8, num_boot=64)
+
+
+def random_fold(key, n=12, m=3, dx=2, dy=1, dz=2, dtype=jnp.float32):
+    ks = jax.random.split(key, 5)
+    x = jax.random.normal(ks[0], (n, dx), dtype)
+    xt = jax.random.normal(ks[1], (n, m, dx), dtype)
+    y = jax.random.normal(ks[2], (n, dy), dtype)
+    mh = 0.5 * jax.random.normal(ks[3], (n, dy), dtype)
+    z = jax.random.normal(ks[4], (n, dz), dtype)
+    return x, xt, y, mh, z, jnp.ones((n,), bool)
+
+
+def loop_statistic(x, xt, y, mh, z):
+    """The fold statistic by explicit loops (NumPy, float64), standardising as the spec says."""
+    x, xt, y, mh, z = (np.asarray(a, np.float64) for a in (x, xt, y, mh, z))
+    n, m, _ = xt.shape
+
+    def std(a):
+        return (a - a.mean(0)) / a.std(0, ddof=1)
+
+    xs, zs = std(x), std(z)
+    xts = np.stack([std(xt[:, j]) for j in range(m)], 1)
+    r = (y - mh) / y.std(0, ddof=1)
+
+    def med(a):
+        d = [np.abs(a[i] - a[j]).sum() for i in range(n) for j in range(n) if i != j]
+        return np.median(d)
+
+    sx, sz = med(xs), med(zs)
+
+    def k(a, b, s):
+        return np.exp(-np.abs(a - b).sum() / s)
+
+    total = 0.0
+    for i in range(n):
+        for j in range(n):
+            if i == j:
+                continue
+            u = k(xs[i], xs[j], sx)
+            u -= np.mean([k(xs[i], xts[j, q], sx) for q in range(m)])
+            u -= np.mean([k(xts[i, q], xs[j], sx) for q in range(m)])
+            u += np.mean([k(xts[i, q], xts[j, q], sx) for q in range(m)])
+            total += u * (r[i] @ r[j]) * k(zs[i], zs[j], sz)
+    return total / (n - 1)
+
+
+def test_fold_statistic_matches_double_loop(key):
+    with jax.enable_x64(True):
+        fold = random_fold(key, dtype=jnp.float64)
+        f = jax.jit(C.fold_matrix)(*fold)
+        assert float(f.sum()) / 11 == pytest.approx(loop_statistic(*fold[:5]), rel=1e-6)
+        np.testing.assert_array_equal(np.diag(f), 0.0)
+        np.testing.assert_allclose(f, C.fold_matrix(*fold), rtol=1e-10)  # jit == no jit
+
+
+def test_degenerate_nuisances_give_zero_statistic(key):
+    x, xt, y, mh, z, mask = random_fold(key)
+    copies = jnp.broadcast_to(x[:, None, :], xt.shape)
+    assert float(jnp.abs(C.fold_matrix(x, copies, y, mh, z, mask)).max()) < 1e-6
+    assert float(jnp.abs(C.fold_matrix(x, xt, y, y, z, mask)).max()) == 0.0
+
+
+def test_bootstrap_draws_have_zero_mean_and_the_analytic_variance():
+    key = jax.random.key(0)  # a fixed seed: a 3-SE check fails on 0.3% of seeds by design
+    x, xt, y, mh, z, mask = random_fold(key, n=10)
+    f = C.fold_matrix(x, xt, y, mh, z, mask)
+    cfg = dataclasses.replace(TINY, num_boot=20000)
+    t, boot = C.bootstrap_draws(f[None], mask[None], jax.random.fold_in(key, 1), cfg)
+    assert float(t) == pytest.approx(float(f.sum()) / 9, rel=1e-5)
+    boot = np.asarray(boot, np.float64)
+    var = 2.0 * float(jnp.sum(f**2)) / 81.0
+    se_mean = np.sqrt(var / boot.size)
+    assert abs(boot.mean()) < 3 * se_mean
+    fourth = np.mean((boot - boot.mean()) ** 4)
+    se_var = np.sqrt((fourth - boot.var() ** 2) / boot.size)
+    assert abs(boot.var() - var) < 3 * se_var
+
+
+def test_statistic_invariances(key):
+    x, xt, y, mh, z, mask = random_fold(key, n=16)
+    t = float(C.fold_matrix(x, xt, y, mh, z, mask).sum())
+    perm = jax.random.permutation(jax.random.fold_in(key, 1), 16)
+    tp = C.fold_matrix(x[perm], xt[perm], y[perm], mh[perm], z[perm], mask)
+    assert float(tp.sum()) == pytest.approx(t, rel=1e-5)
+    assert float(C.fold_matrix(x, xt, -y, -mh, z, mask).sum()) == pytest.approx(t, rel=1e-5)
+    y3, m3 = jnp.tile(y, (1, 3)), jnp.tile(mh, (1, 3))
+    assert float(C.fold_matrix(x, xt, y3, m3, z, mask).sum()) == pytest.approx(3 * t, rel=1e-5)
+    scaled = float(C.fold_matrix(7.0 * x, 7.0 * xt, y, mh, z, mask).sum())
+    assert scaled == pytest.approx(t, rel=1e-5)
+
+
+def test_median_bandwidth_uses_off_diagonal_pairs_only():
+    a = jnp.asarray([[0.0], [1.0], [3.0]])
+    dist = K.pairwise_distance(a, a, "laplace")
+    # off-diagonal distances 1, 3, 2 (each twice): median 2, not the 1 a zero diagonal would give
+    assert float(K.median_bandwidth(dist, jnp.ones(3, bool), "laplace")) == pytest.approx(2.0)
+    assert float(K.median_bandwidth(dist**2, jnp.ones(3, bool), "gaussian")) == pytest.approx(8.0)
+
+
+def test_exact_conditional_draws_centre_the_kernel(key):
+    design = C.gaussian_design("h0", dz=3, dx=5, rho=0.6)
+    gen = design.oracle_generator()
+    means = []
+    for r in range(12):
+        x, _, z = design.sample(jax.random.fold_in(key, r), 24)
+        xt = gen.sample(gen.fit(None, x, z, None), jax.random.fold_in(key, 100 + r), z, 400)
+        u = C.centred_gram(x, xt, jnp.asarray(5.0), "laplace")
+        means.append(float(jnp.sum(u * (1 - jnp.eye(24)))) / (24 * 23))
+    means = np.asarray(means)
+    assert abs(means.mean()) < 3 * means.std(ddof=1) / np.sqrt(len(means))
+    assert means.std() > 0
+
+
+def test_oracle_null_p_values_are_uniform(key):
+    design = C.gaussian_design("h0", dz=3, dx=5)
+    cfg = C.CMIConfig(num_samples=10, num_boot=200)
+    keys = jax.random.split(key, 300)
+    xs, ys, zs = jax.vmap(lambda k: design.sample(k, 40))(keys)
+    out = C.replicate_tests(
+        xs, ys, zs, jax.random.split(jax.random.fold_in(key, 1), 300),
+        generator=design.oracle_generator(), regressor=design.oracle_mean(), config=cfg,
+        tests=("cmi", "gcm"),
+    )  # fmt: skip
+    p = np.asarray(out["cmi"].p_value)
+    assert stats.kstest(p, "uniform").pvalue > 1e-3
+    assert stats.kstest(np.asarray(out["gcm"].p_value), "uniform").pvalue > 1e-3
+
+
+def test_alternative_is_rejected_and_replicates_match_single_calls(key):
+    design = C.gaussian_design("a1_dense", dz=3, dx=5)
+    keys = jax.random.split(key, 4)
+    xs, ys, zs = jax.vmap(lambda k: design.sample(k, 200))(keys)
+    xs = xs * 10.0  # a strong effect: y's X-part is 0.2 / sqrt(5) * sum(x) before scaling
+    ys = ys + xs.sum(-1, keepdims=True) * 0.1
+    gen, reg = C.LinearGaussianGenerator(), C.RidgeRegressor()
+    tkeys = jax.random.split(jax.random.fold_in(key, 1), 4)
+    batch = C.replicate_tests(xs, ys, zs, tkeys, generator=gen, regressor=reg, config=TINY)
+    assert np.all(np.asarray(batch["cmi"].p_value) < 0.05)
+    one = C.compare_tests(xs[2], ys[2], zs[2], tkeys[2], generator=gen, regressor=reg, config=TINY)
+    for name in C.TESTS:
+        assert float(one[name].statistic) == pytest.approx(
+            float(batch[name].statistic[2]), rel=1e-4
+        )
+    again = C.cmi_test(xs[2], ys[2], zs[2], tkeys[2], generator=gen, regressor=reg, config=TINY)
+    assert float(again.p_value) == float(one["cmi"].p_value)  # same key, same answer
+
+
+def test_gcm_matches_a_hand_computation(key):
+    ks = jax.random.split(key, 4)
+    folds = C.FoldData(
+        x=jax.random.normal(ks[0], (2, 5, 2)),
+        x_tilde=jax.random.normal(ks[1], (2, 5, 3, 2)),
+        y=jax.random.normal(ks[2], (2, 5, 1)),
+        m_hat=jax.random.normal(ks[3], (2, 5, 1)),
+        z=jnp.zeros((2, 5, 1)),
+        mask=jnp.asarray([[True] * 5, [True] * 4 + [False]]),
+    )
+    res = C.gcm_from_folds(folds, jax.random.fold_in(key, 9), 50)
+    f = {k: np.asarray(v, np.float64) for k, v in folds._asdict().items()}
+    rows = []
+    for k in range(2):
+        for i in range(5):
+            if f["mask"][k, i]:
+                rx = f["x"][k, i] - f["x_tilde"][k, i].mean(0)
+                rows.append(rx * (f["y"][k, i, 0] - f["m_hat"][k, i, 0]))
+    r = np.asarray(rows)
+    tau = np.sqrt(len(r)) * r.mean(0) / r.std(0, ddof=1)
+    assert float(res.statistic) == pytest.approx(np.abs(tau).max(), rel=1e-4)
+    assert res.bootstrap.shape == (50,)
+    assert float(res.p_value) == pytest.approx(
+        np.mean(np.asarray(res.bootstrap) >= tau.__abs__().max())
+    )
+
+
+class SpyRegressor:
+    """Remembers which training rows it saw: ``y`` is the identity, so the weighted column sum
+    is the indicator of the training rows."""
+
+    def fit(self, key, y, z, w):
+        return (w[:, None] * y).sum(0)
+
+    def predict(self, params, z):
+        return jnp.broadcast_to(params, (z.shape[0], params.shape[0]))
+
+
+jax.tree_util.register_static(SpyRegressor)
+
+
+@pytest.mark.parametrize("n,folds", [(10, 2), (11, 3)])
+def test_cross_fitting_never_trains_on_the_evaluated_fold(n, folds):
+    cfg = dataclasses.replace(TINY, folds=folds)
+    eye = jnp.eye(n)
+    x, z = jnp.arange(n, dtype=jnp.float32)[:, None], jnp.ones((n, 1))
+    data = C.cross_fit(
+        x, eye, z, jax.random.key(0), C.LinearGaussianGenerator(), SpyRegressor(), cfg
+    )
+    seen = np.asarray(data.m_hat[:, 0, :])  # [K, n]: training-row indicator of each fold
+    eval_idx, eval_mask, _, _ = C.fold_indices(n, folds)
+    for k in range(folds):
+        evaluated = eval_idx[k][eval_mask[k]]
+        assert np.all(seen[k, evaluated] == 0)
+        assert np.all(np.delete(seen[k], evaluated) == 1)
+    assert sorted(eval_idx[eval_mask].tolist()) == list(range(n))
+
+
+def test_sharded_bootstrap_equals_unsharded(mesh, key):
+    design = C.gaussian_design("a2_sparse", dz=3, dx=5)
+    x, y, z = design.sample(key, 64)
+    kw = dict(generator=C.LinearGaussianGenerator(), regressor=C.RidgeRegressor(), config=TINY)
+    a = C.cmi_test(x, y, z, key, **kw)
+    b = C.cmi_test(x, y, z, key, mesh=mesh, **kw)
+    np.testing.assert_allclose(np.asarray(b.bootstrap), np.asarray(a.bootstrap), rtol=1e-5)
+    assert float(b.p_value) == float(a.p_value)
+
+
+def test_conditional_mmd_gradient_matches_finite_differences(key):
+    with jax.enable_x64(True):
+        x, xt, _, _, z, _ = random_fold(key, n=6, m=2, dtype=jnp.float64)
+        w = jnp.ones(6)
+
+        def loss(xt):
+            return C.conditional_mmd(x, xt, z, w, jnp.asarray(2.0), jnp.asarray(3.0), "gaussian")
+
+        check_grads(loss, (xt,), order=1, modes=("rev",), rtol=1e-4)
+
+
+def test_gmmn_learns_a_gaussian_conditional(key):
+    design = C.gaussian_design("h0", dz=2, dx=5, rho=0.8)
+    x, _, z = design.sample(key, 96)
+    gen = C.GMMNGenerator(hidden=32, noise_dim=8, steps=150, train_samples=8)
+    params = jax.jit(gen.fit)(jax.random.fold_in(key, 1), x, z, jnp.ones(96))
+    zt = design.sample(jax.random.fold_in(key, 2), 200)[2]
+    xt = gen.sample(params, jax.random.fold_in(key, 3), zt, 100)
+    true_mean = zt @ design.coef.T
+    err = float(jnp.mean((xt.mean(1) - true_mean) ** 2) / jnp.mean(true_mean**2))
+    var_ratio = float(jnp.mean(xt.var(1)) / jnp.mean(jnp.diag(design.cond_cov)))
+    assert err < 0.3, err
+    assert 0.5 < var_ratio < 1.5, var_ratio  # not collapsed onto the conditional mean
+
+
+def test_bad_inputs_raise_clear_errors(key):
+    x, y, z = jnp.ones((20, 2)), jnp.ones((20, 1)), jnp.ones((19, 3))
+    kw = dict(generator=C.LinearGaussianGenerator(), regressor=C.RidgeRegressor(), config=TINY)
+    with pytest.raises(ValueError, match="sample counts differ"):
+        C.cmi_test(x, y, z, key, **kw)
+    with pytest.raises(ValueError, match="`y` has non-finite"):
+        C.cmi_test(x, y.at[3, 0].set(jnp.nan), z[:1].repeat(20, 0), key, **kw)
+    with pytest.raises(ValueError, match="`x` must be"):
+        C.cmi_test(jnp.ones((20, 2, 2)), y, jnp.ones((20, 3)), key, **kw)
+    with pytest.raises(ValueError, match="`tests`"):
+        C.compare_tests(x, y, jnp.ones((20, 3)), key, tests=("kci",), **kw)
+    with pytest.raises(ValueError, match="`folds`"):
+        C.CMIConfig(folds=1)
+    with pytest.raises(ValueError, match="`kernel`"):
+        C.CMIConfig(kernel="rbf")
+    with pytest.raises(ValueError, match="`setting`"):
+        C.gaussian_design("a3")
