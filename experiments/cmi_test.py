@@ -12,8 +12,8 @@ Studies (spec section 5; every test on the same cross-fitted nuisances and data)
    residual Cholesky, ridge regression: the practical arm; ``power`` reports this one).
 2. Power vs n: A2 sparse with oracle nuisances at ``power_ns``.
 3. Robustness: H0 with oracle nuisances plus injected errors ``m_hat = m + c n_k^{-1/4} sin(3 z_1)``
-   and ``x~ = exact + 0.5 c n_k^{-1/4} cos(z_1)`` (c = 2) at ``robust_n``: the centred statistic keeps
-   its size, the naive (uncentred) one does not.
+   and ``x~ = exact + 0.5 c n_k^{-1/4} cos(z_1)`` (c = 2) at ``robust_n``: the centred statistic
+   keeps its size, the naive (uncentred) one does not.
 4. GMMN arm: the generator is the paper's GMMN (minibatch 64; see the generator's docstring) with
    ridge regression, on H0 and A1 sparse.
 5. Digits imaging stand-in: X = the central 2 x 4 patch (8 pixels), Z = the other 56 pixels; H0:
@@ -105,7 +105,7 @@ PRESETS = {
         num_samples=100,
         num_boot=1000,
         power_ns=(200, 400, 800),
-        power_replicates=200,
+        power_replicates=100,
         robust_replicates=200,
         robust_num_samples=50,
         gmmn_replicates=50,
@@ -219,10 +219,9 @@ class ColumnBlocks:
 IMAGING_ARMS = ("h0", "h1", "h0_oracle_regression")
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "chunk"))
-def _imaging_tests(xs, zs, ys, keys, gen, reg, cfg, chunk):
-    def one(args):
-        x, z, y, key = args
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def _imaging_tests(xs, zs, ys, keys, gen, reg, cfg):
+    def one(x, z, y, key):
         k_fit, k_boot = jax.random.split(key)
         folds = C.cross_fit(x, y, z, k_fit, gen, reg, cfg)
         out = []
@@ -232,7 +231,7 @@ def _imaging_tests(xs, zs, ys, keys, gen, reg, cfg, chunk):
             out.append(C.kernel_test_from_folds(f, k_boot, cfg).p_value)
         return jnp.stack(out)
 
-    return jax.lax.map(one, (xs, zs, ys, keys), batch_size=chunk)
+    return jax.vmap(one)(xs, zs, ys, keys)
 
 
 def imaging(config: Config) -> dict:
@@ -253,19 +252,9 @@ def imaging(config: Config) -> dict:
     reg = ColumnBlocks((soft, soft, exact), (10, 10, 10))
     gen = C.GMMNGenerator(steps=config.imaging_steps, batch_size=config.gmmn_batch)
     keys = jax.random.split(jax.random.key(config.seed + 2), config.imaging_subsets)
-    p = np.asarray(
-        _imaging_tests(
-            jnp.asarray(x[idx]),
-            jnp.asarray(z[idx]),
-            jnp.asarray(y[idx]),
-            keys,
-            gen,
-            reg,
-            make_test_config(config),
-            max(1, config.chunk // 5),
-        ),  # fmt: skip
-        np.float64,
-    )
+    fn = functools.partial(_imaging_tests, gen=gen, reg=reg, cfg=make_test_config(config))
+    data = (jnp.asarray(x[idx]), jnp.asarray(z[idx]), jnp.asarray(y[idx]), keys)
+    p = np.asarray(C.map_in_chunks(fn, data, max(1, config.chunk // 5)), np.float64)
     res = {"subsets": config.imaging_subsets, "n": config.imaging_n}
     for a, arm in enumerate(IMAGING_ARMS):
         res[f"{arm}_ks_pvalue"] = float(stats.kstest(p[:, a], "uniform").pvalue)
@@ -274,7 +263,7 @@ def imaging(config: Config) -> dict:
     return res
 
 
-# ---- the run ---------------------------------------------------------------------------------------
+# ---- the run -------------------------------------------------------------------------------------
 
 
 def run(config: Config, out_dir: Path) -> dict:
@@ -297,8 +286,8 @@ def run(config: Config, out_dir: Path) -> dict:
         sweep[n] = run_setting(config, "a2_sparse", "oracle", jax.random.fold_in(key, 100 + j),
                                n=n, replicates=config.power_replicates, design=design,
                                chunk=max(1, config.chunk * config.n // (2 * n)))  # fmt: skip
-    power_vs_n = {"n": list(config.power_ns), "setting": "a2_sparse", "nuisance": "oracle",
-                  **{t: [sweep[n][t]["0.05"] for n in config.power_ns] for t in C.TESTS}}  # fmt: skip
+    power_vs_n = {"n": list(config.power_ns), "setting": "a2_sparse", "nuisance": "oracle"}
+    power_vs_n.update({t: [sweep[n][t]["0.05"] for n in config.power_ns] for t in C.TESTS})
 
     robust = run_setting(config, "h0", "oracle", jax.random.fold_in(key, 200), n=config.robust_n,
                          replicates=config.robust_replicates, perturb=config.robust_c,

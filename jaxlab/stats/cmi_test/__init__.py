@@ -50,6 +50,7 @@ from jaxlab.stats.cmi_test.statistic import (
     fold_matrix,
     gcm_from_folds,
     kernel_test_from_folds,
+    map_in_chunks,
     replicate_tests,
 )
 
@@ -84,5 +85,6 @@ __all__ = [
     "gaussian_design",
     "gcm_from_folds",
     "kernel_test_from_folds",
+    "map_in_chunks",
     "replicate_tests",
 ]

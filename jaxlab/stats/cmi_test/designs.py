@@ -1,7 +1,7 @@
-"""The paper's Gaussian simulation designs (H0, A1 linear, A2 quadratic) with their oracle nuisances.
+"""The paper's Gaussian simulation designs (H0, A1 linear, A2 quadratic) with oracle nuisances.
 
-``(Z, X)`` in ``R^{dz + dx}`` is jointly ``N(0, Sigma)`` with ``Sigma_ij = rho^{|i - j|}`` (Z the first
-``dz`` coordinates, X the last ``dx``), and ``Y = Z beta_z + g(X) + 0.5 eps`` with
+``(Z, X)`` in ``R^{dz + dx}`` is jointly ``N(0, Sigma)`` with ``Sigma_ij = rho^{|i - j|}`` (Z the
+first ``dz`` coordinates, X the last ``dx``), and ``Y = Z beta_z + g(X) + 0.5 eps`` with
 ``beta_z = (1, 1, 0, ...)``:
 
 - ``"h0"``: ``g = 0`` (the null holds exactly);

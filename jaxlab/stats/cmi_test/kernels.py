@@ -68,5 +68,5 @@ def median_bandwidth(dist: jax.Array, mask: jax.Array, kernel: Kernel) -> jax.Ar
 
 
 def kernel_from_distance(dist: jax.Array, bandwidth: jax.Array) -> jax.Array:
-    """``exp(-dist / bandwidth)``: the Laplace kernel of L1 distances, the Gaussian of squared L2."""
+    """``exp(-dist / bandwidth)``: Laplace on L1 distances, Gaussian on squared L2 distances."""
     return jnp.exp(-dist / bandwidth)

@@ -1,4 +1,4 @@
-"""Nuisance fitters of the CMI test: conditional generators of ``X | Z`` and regressions of ``Y`` on ``Z``.
+"""Nuisance fitters of the CMI test: generators of ``X | Z`` and regressions of ``Y`` on ``Z``.
 
 Two small protocols; every fitter is a ``flax.struct`` dataclass, so a fitter is a pytree whose
 hyperparameters are static and whose arrays (an oracle's truth) are traced. Fitters go into jitted,
@@ -18,7 +18,8 @@ oracle for Gaussian designs), :class:`LinearGaussianGenerator` (weighted OLS + r
 :class:`GMMNGenerator` (the paper's generative moment-matching network, Flax + optax),
 :class:`LinearMean` (a known linear mean), :class:`RidgeRegressor`, :class:`MLPRegressor` (the
 paper's regression net), :class:`SoftmaxRegressor` (class probabilities for one-hot or
-probability-vector responses, the role of the paper's image classifier), and the error-injection wrappers :class:`PerturbedGenerator` /
+probability-vector responses, the role of the paper's image classifier), and the error-injection
+wrappers :class:`PerturbedGenerator` /
 :class:`PerturbedRegressor` of the robustness study.
 """
 
@@ -195,7 +196,7 @@ class RidgeRegressor:
         return intercept[None, :] + z @ coef.T
 
 
-# ---- error injection (the robustness study) -------------------------------------------------------
+# ---- error injection (the robustness study) ------------------------------------------------------
 
 
 @struct.dataclass
@@ -231,7 +232,7 @@ class PerturbedGenerator:
         return xt + self.amplitude * jnp.cos(z[:, None, :1])
 
 
-# ---- the centred kernel form shared by the statistic and the GMMN loss ------------------------------
+# ---- the centred kernel form shared by the statistic and the GMMN loss ---------------------------
 
 
 def centred_gram(
@@ -297,7 +298,7 @@ def conditional_mmd(
     return jnp.sum(pair * wz * u) / jnp.maximum(w.sum(), 1.0)
 
 
-# ---- neural nuisances -------------------------------------------------------------------------------
+# ---- neural nuisances ----------------------------------------------------------------------------
 
 
 class GeneratorMLP(nn.Module):
@@ -527,7 +528,8 @@ class MLPRegressor:
 class SoftmaxRegressor:
     """``m(z) = softmax(W z_std + b)`` for responses on the simplex (one-hot labels, probabilities).
 
-    Fitted by the soft-label cross-entropy ``-(1/n_w) sum_i w_i sum_c y_ic log m_c(z_i) + l2 ||W||^2``
+    Fitted by the soft-label cross-entropy
+    ``-(1/n_w) sum_i w_i sum_c y_ic log m_c(z_i) + l2 ||W||^2``
     (its population minimiser is ``E[Y | Z]`` whenever that lies in the model), full-batch Adam in
     one ``lax.scan``; ``z`` is standardised with the weighted training moments. In the imaging study
     it plays the paper's classifier trained on the masked images.

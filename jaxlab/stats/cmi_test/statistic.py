@@ -1,4 +1,4 @@
-"""The cross-fitted, conditionally centred kernel test of ``E[Y | X, Z] = E[Y | Z]`` and its baselines.
+"""The cross-fitted, conditionally centred kernel test of ``E[Y | X, Z] = E[Y | Z]``, baselines.
 
 Zhang, Huang, Yang, Shao, "Testing Conditional Mean Independence Using Generative Neural Networks"
 (ICML 2025). Spec: ``papers/cmi_test.md``.
@@ -6,8 +6,8 @@ Zhang, Huang, Yang, Shao, "Testing Conditional Mean Independence Using Generativ
 Per fold ``k`` (``K`` contiguous folds; nuisances fitted on the other folds), on its ``n_k`` rows:
 
 - ``x``, each draw ``x~[:, m]`` and ``z`` standardised per coordinate over the fold; the residual
-  ``r = (y - m_hat(z)) / sd(y)``, i.e. ``y`` and ``m_hat`` both scaled by ``y``'s SDs (the spec's fix
-  of the official code, which standardised them separately);
+  ``r = (y - m_hat(z)) / sd(y)``, i.e. ``y`` and ``m_hat`` both scaled by ``y``'s SDs (the spec's
+  fix of the official code, which standardised them separately);
 - ``U = k(x, x) - A - A^T + C`` (:func:`~jaxlab.stats.cmi_test.nuisance.centred_gram`),
   ``V = r r^T``, ``W = k_Z(z, z)``, ``F = U * V * W`` with zero diagonal;
 - ``T_k = sum_{i != j} F_ij / (n_k - 1)`` (n times a U-statistic: O_p(1) under H0, ~n under H1);
@@ -57,6 +57,7 @@ __all__ = [
     "fold_matrix",
     "gcm_from_folds",
     "kernel_test_from_folds",
+    "map_in_chunks",
     "replicate_tests",
 ]
 
@@ -376,13 +377,33 @@ def cmi_test(
     return out["cmi"]
 
 
-@functools.partial(jax.jit, static_argnames=("config", "tests", "batch_size"))
-def _replicates(xs, ys, zs, keys, generator, regressor, config, tests, batch_size):
-    def one(args):
-        x, y, z, k = args
+@functools.partial(jax.jit, static_argnames=("config", "tests"))
+def _replicates(xs, ys, zs, keys, generator, regressor, config, tests):
+    def one(x, y, z, k):
         return _tests_core(x, y, z, k, generator, regressor, config, tests, None)
 
-    return jax.lax.map(one, (xs, ys, zs, keys), batch_size=batch_size)
+    return jax.vmap(one)(xs, ys, zs, keys)
+
+
+def map_in_chunks(fn, args: tuple, chunk: int | None):
+    """``fn`` (jitted, ``vmap``ped over the leading axis) applied ``chunk`` rows at a time.
+
+    The chunks are dispatched from the host and the last one is padded by repeating its final row
+    (so every call has one shape and compiles once); the outputs are concatenated and the padding
+    dropped. Why not ``jax.lax.map(..., batch_size=chunk)``: on XLA:CPU (jaxlib 0.10) a
+    ``lax.map`` over chunks of this test with LAPACK solves in the nuisance fits deadlocked
+    reproducibly (every runtime thread idle, the result never ready) at n = 400, d = 25 + 25,
+    M = 100, 2 chunks of 25 replicates; the same chunks called from the host completed.
+    """
+    total = jax.tree_util.tree_leaves(args)[0].shape[0]
+    if chunk is None or chunk >= total:
+        return fn(*args)
+    outs = []
+    for start in range(0, total, chunk):
+        idx = np.minimum(np.arange(start, start + chunk), total - 1)
+        outs.append(fn(*jax.tree_util.tree_map(lambda a, idx=idx: a[idx], args)))
+    out = jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *outs)
+    return jax.tree_util.tree_map(lambda a: a[:total], out)
 
 
 def replicate_tests(
@@ -399,8 +420,8 @@ def replicate_tests(
 ) -> dict[str, TestResult]:
     """:func:`compare_tests` over ``R`` independent data sets in one jitted call.
 
-    Replicates are ``vmap``ped in groups of ``batch_size`` (``jax.lax.map``; ``None`` = all at
-    once), which bounds memory when the nuisances are networks trained per replicate and fold.
+    Replicates are ``vmap``ped in groups of ``batch_size`` (:func:`map_in_chunks`; ``None`` = all
+    at once), which bounds memory when the nuisances are networks trained per replicate and fold.
 
     Args:
       xs, ys, zs: ``[R, n, d]`` (or ``[R, n]``); keys: ``[R]`` keys.
@@ -412,4 +433,7 @@ def replicate_tests(
     xs, ys, zs = _check_data(xs, ys, zs, config, batched=True)
     if keys.shape != (xs.shape[0],):
         raise ValueError(f"`keys` must have shape ({xs.shape[0]},), got {keys.shape}.")
-    return _replicates(xs, ys, zs, keys, generator, regressor, config, tests, batch_size)
+    fn = functools.partial(
+        _replicates, generator=generator, regressor=regressor, config=config, tests=tests
+    )
+    return map_in_chunks(fn, (xs, ys, zs, keys), batch_size)
