@@ -90,6 +90,12 @@ def test_bootstrap_draws_have_zero_mean_and_the_analytic_variance():
     fourth = np.mean((boot - boot.mean()) ** 4)
     se_var = np.sqrt((fourth - boot.var() ** 2) / boot.size)
     assert abs(boot.var() - var) < 3 * se_var
+    # Gaussian multipliers: Var(e^T F e) = 2 tr(F^2) as well (F symmetric, zero diagonal)
+    cfg = dataclasses.replace(cfg, multiplier="gaussian")
+    _, boot = C.bootstrap_draws(f[None], mask[None], jax.random.fold_in(key, 2), cfg)
+    boot = np.asarray(boot, np.float64)
+    se_var = np.sqrt((np.mean((boot - boot.mean()) ** 4) - boot.var() ** 2) / boot.size)
+    assert abs(boot.var() - var) < 3 * se_var
 
 
 def test_statistic_invariances(key):
@@ -103,6 +109,10 @@ def test_statistic_invariances(key):
     assert float(C.fold_matrix(x, xt, y3, m3, z, mask).sum()) == pytest.approx(3 * t, rel=1e-5)
     scaled = float(C.fold_matrix(7.0 * x, 7.0 * xt, y, mh, z, mask).sum())
     assert scaled == pytest.approx(t, rel=1e-5)
+    tg = float(C.fold_matrix(x, xt, y, mh, z, mask, "gaussian").sum())
+    tgp = C.fold_matrix(x[perm], xt[perm], y[perm], mh[perm], z[perm], mask, "gaussian")
+    assert float(tgp.sum()) == pytest.approx(tg, rel=1e-4)
+    assert tg != pytest.approx(t, rel=1e-3)  # the kernel argument is used
 
 
 def test_median_bandwidth_uses_off_diagonal_pairs_only():
