@@ -21,6 +21,7 @@ __all__ = [
     "Kernel",
     "kernel_from_distance",
     "masked_median",
+    "masked_moments",
     "median_bandwidth",
     "pairwise_distance",
     "standardise",
@@ -29,16 +30,23 @@ __all__ = [
 Kernel = Literal["laplace", "gaussian"]
 
 
+def masked_moments(a: jax.Array, mask: jax.Array, eps: float = 1e-12):
+    """Per-column mean and SD (``n - 1`` denominator, ``eps`` under the root) of ``a [n, d]`` over
+    the rows where ``mask`` (0/1 or bool, ``[n]``) is set; ``([d], [d])``."""
+    w = mask[:, None].astype(a.dtype)
+    count = jnp.maximum(w.sum(), 1.0)
+    mean = (w * a).sum(0) / count
+    var = (w * (a - mean[None, :]) ** 2).sum(0) / jnp.maximum(count - 1.0, 1.0)
+    return mean, jnp.sqrt(var + eps)
+
+
 def standardise(a: jax.Array, mask: jax.Array, eps: float = 1e-12) -> jax.Array:
     """Centre and scale each column of ``a [n, d]`` by its mean and SD over the rows with ``mask``.
 
     Padded rows are standardised with the same statistics (their values are never used).
     """
-    w = mask[:, None].astype(a.dtype)
-    count = jnp.maximum(w.sum(0), 1.0)
-    mean = (w * a).sum(0) / count
-    var = (w * (a - mean[None, :]) ** 2).sum(0) / jnp.maximum(count - 1.0, 1.0)
-    return (a - mean[None, :]) / jnp.sqrt(var + eps)[None, :]
+    mean, sd = masked_moments(a, mask, eps)
+    return (a - mean[None, :]) / sd[None, :]
 
 
 def pairwise_distance(a: jax.Array, b: jax.Array, kernel: Kernel) -> jax.Array:

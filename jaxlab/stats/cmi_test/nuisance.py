@@ -40,11 +40,10 @@ __all__ = [
     "GaussianConditional",
     "GaussianGenerator",
     "Generator",
-    "GeneratorMLP",
     "LinearGaussianGenerator",
     "LinearMean",
     "MLPRegressor",
-    "MeanMLP",
+    "HiddenMLP",
     "PerturbedGenerator",
     "PerturbedRegressor",
     "Regressor",
@@ -301,42 +300,23 @@ def conditional_mmd(
 # ---- neural nuisances ----------------------------------------------------------------------------
 
 
-class GeneratorMLP(nn.Module):
-    """``G(z, eta)``: Dense(hidden) -> LeakyReLU(slope) -> Dropout -> Dense(out_dim)."""
+class HiddenMLP(nn.Module):
+    """One hidden layer: Dense(hidden) -> LeakyReLU(slope) -> Dropout -> Dense(out_dim).
+
+    The paper's generator (applied to ``[z, eta]``; official 128, 0.8, 0.05) and regression net
+    (applied to ``z``; official 256, 0.696, 0.15) both have this shape.
+    """
 
     out_dim: int
-    hidden: int = 128
-    slope: float = 0.8
-    dropout: float = 0.05
+    hidden: int
+    slope: float
+    dropout: float
 
     @nn.compact
-    def __call__(self, z, eta, deterministic: bool = True):
-        h = nn.Dense(self.hidden)(jnp.concatenate([z, eta], -1))
-        h = nn.leaky_relu(h, self.slope)
+    def __call__(self, inputs, deterministic: bool = True):
+        h = nn.leaky_relu(nn.Dense(self.hidden)(inputs), self.slope)
         h = nn.Dropout(self.dropout)(h, deterministic=deterministic)
         return nn.Dense(self.out_dim)(h)
-
-
-class MeanMLP(nn.Module):
-    """``m(z)``: Dense(hidden) -> LeakyReLU(slope) -> Dropout -> Dense(out_dim)."""
-
-    out_dim: int
-    hidden: int = 256
-    slope: float = 0.696
-    dropout: float = 0.15
-
-    @nn.compact
-    def __call__(self, z, deterministic: bool = True):
-        h = nn.leaky_relu(nn.Dense(self.hidden)(z), self.slope)
-        h = nn.Dropout(self.dropout)(h, deterministic=deterministic)
-        return nn.Dense(self.out_dim)(h)
-
-
-def _masked_moments(a, w):
-    wsum = jnp.maximum(w.sum(), 1.0)
-    mean = (w[:, None] * a).sum(0) / wsum
-    var = (w[:, None] * (a - mean[None, :]) ** 2).sum(0) / jnp.maximum(wsum - 1.0, 1.0)
-    return mean, jnp.sqrt(var + 1e-12)
 
 
 def _l1(tree) -> jax.Array:
@@ -400,8 +380,8 @@ class GMMNGenerator:
     lambda_laplace: float = struct.field(pytree_node=False, default=0.25)
     lambda_l1: float = struct.field(pytree_node=False, default=1e-3)
 
-    def network(self, out_dim: int) -> GeneratorMLP:
-        return GeneratorMLP(out_dim, self.hidden, self.slope, self.dropout)
+    def network(self, out_dim: int) -> HiddenMLP:
+        return HiddenMLP(out_dim, self.hidden, self.slope, self.dropout)
 
     def loss(self, net_params, key, xs, zs, w, bandwidths, out_dim):
         """The training loss on standardised ``xs [n, dx]``, ``zs [n, dz]`` (dropout on)."""
@@ -412,7 +392,10 @@ class GMMNGenerator:
         )
         zrep = jnp.broadcast_to(zs[:, None, :], (n, self.train_samples, zs.shape[1]))
         xt = self.network(out_dim).apply(
-            {"params": net_params}, zrep, eta, deterministic=False, rngs={"dropout": k_drop}
+            {"params": net_params},
+            jnp.concatenate([zrep, eta], -1),
+            deterministic=False,
+            rngs={"dropout": k_drop},
         )
         bxg, bzg, bxl, bzl = bandwidths
         d_g = conditional_mmd(xs, xt, zs, w, bxg, bzg, "gaussian")
@@ -425,8 +408,8 @@ class GMMNGenerator:
 
     def fit(self, key, x, z, w) -> ScaledNet:
         out_dim = x.shape[1]
-        z_mean, z_sd = _masked_moments(z, w)
-        x_mean, x_sd = _masked_moments(x, w)
+        z_mean, z_sd = K.masked_moments(z, w)
+        x_mean, x_sd = K.masked_moments(x, w)
         zs, xs = (z - z_mean[None, :]) / z_sd[None, :], (x - x_mean[None, :]) / x_sd[None, :]
         mask = w > 0
         # (Gaussian x, Gaussian z, Laplace x, Laplace z), as `loss` unpacks them
@@ -437,9 +420,7 @@ class GMMNGenerator:
         )
         k_init, k_train = jax.random.split(key)
         net = self.network(out_dim)
-        dummy_z = jnp.zeros((1, z.shape[1]), z.dtype)
-        dummy_eta = jnp.zeros((1, self.noise_dim), z.dtype)
-        params = net.init(k_init, dummy_z, dummy_eta)["params"]
+        params = net.init(k_init, jnp.zeros((1, z.shape[1] + self.noise_dim), z.dtype))["params"]
         opt = _optimiser(self.lr, self.b1, self.b2, self.weight_decay, self.clip)
         grad_fn = jax.grad(self.loss)
 
@@ -467,7 +448,8 @@ class GMMNGenerator:
         )
         zrep = jnp.broadcast_to(zs[:, None, :], (z.shape[0], num_samples, z.shape[1]))
         out_dim = params.out_mean.shape[0]
-        xt = self.network(out_dim).apply({"params": params.net}, zrep, eta, deterministic=True)
+        inputs = jnp.concatenate([zrep, eta], -1)
+        xt = self.network(out_dim).apply({"params": params.net}, inputs, deterministic=True)
         return params.out_mean[None, None, :] + params.out_sd[None, None, :] * xt
 
 
@@ -491,12 +473,12 @@ class MLPRegressor:
     weight_decay: float = struct.field(pytree_node=False, default=1.05e-4)
     clip: float = struct.field(pytree_node=False, default=0.5)
 
-    def network(self, out_dim: int) -> MeanMLP:
-        return MeanMLP(out_dim, self.hidden, self.slope, self.dropout)
+    def network(self, out_dim: int) -> HiddenMLP:
+        return HiddenMLP(out_dim, self.hidden, self.slope, self.dropout)
 
     def fit(self, key, y, z, w) -> ScaledNet:
-        z_mean, z_sd = _masked_moments(z, w)
-        y_mean, y_sd = _masked_moments(y, w)
+        z_mean, z_sd = K.masked_moments(z, w)
+        y_mean, y_sd = K.masked_moments(y, w)
         zs, ys = (z - z_mean[None, :]) / z_sd[None, :], (y - y_mean[None, :]) / y_sd[None, :]
         net = self.network(y.shape[1])
         k_init, k_train = jax.random.split(key)
@@ -524,6 +506,15 @@ class MLPRegressor:
         return params.out_mean[None, :] + params.out_sd[None, :] * out
 
 
+class SoftmaxParams(NamedTuple):
+    """``W [dz, dy]``, ``b [dy]`` and the (masked) training moments of ``z``."""
+
+    weight: jax.Array
+    bias: jax.Array
+    z_mean: jax.Array
+    z_sd: jax.Array
+
+
 @struct.dataclass
 class SoftmaxRegressor:
     """``m(z) = softmax(W z_std + b)`` for responses on the simplex (one-hot labels, probabilities).
@@ -546,9 +537,9 @@ class SoftmaxRegressor:
     lr: float = struct.field(pytree_node=False, default=0.05)
     standardise: bool = struct.field(pytree_node=False, default=True)
 
-    def fit(self, key, y, z, w) -> ScaledNet:
+    def fit(self, key, y, z, w) -> SoftmaxParams:
         del key
-        z_mean, z_sd = _masked_moments(z, w)
+        z_mean, z_sd = K.masked_moments(z, w)
         if not self.standardise:
             z_mean, z_sd = jnp.zeros_like(z_mean), jnp.ones_like(z_sd)
         zs = (z - z_mean[None, :]) / z_sd[None, :]
@@ -566,10 +557,8 @@ class SoftmaxRegressor:
             return (optax.apply_updates(p, updates), s), None
 
         (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, self.steps)
-        ones = jnp.ones((y.shape[1],), z.dtype)
-        return ScaledNet(params, z_mean, z_sd, 0.0 * ones, ones)
+        return SoftmaxParams(*params, z_mean, z_sd)
 
-    def predict(self, params: ScaledNet, z):
-        zs = (z - params.in_mean[None, :]) / params.in_sd[None, :]
-        weight, bias = params.net
-        return jax.nn.softmax(zs @ weight + bias[None, :], -1)
+    def predict(self, params: SoftmaxParams, z):
+        zs = (z - params.z_mean[None, :]) / params.z_sd[None, :]
+        return jax.nn.softmax(zs @ params.weight + params.bias[None, :], -1)

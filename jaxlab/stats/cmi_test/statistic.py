@@ -173,10 +173,7 @@ def fold_matrix(
     ``centred=False`` gives the naive statistic's ``U = k(x, x)`` (``x_tilde`` unused).
     """
     xs, zs = K.standardise(x, mask), K.standardise(z, mask)
-    w = mask[:, None].astype(y.dtype)
-    count = jnp.maximum(w.sum(), 2.0)
-    y_mean = (w * y).sum(0) / count
-    y_sd = jnp.sqrt((w * (y - y_mean[None, :]) ** 2).sum(0) / (count - 1.0) + 1e-12)
+    _, y_sd = K.masked_moments(y, mask)
     r = (y - m_hat) / y_sd[None, :]
     dx = K.pairwise_distance(xs, xs, kernel)
     bw_x = K.median_bandwidth(dx, mask, kernel)
@@ -264,17 +261,6 @@ def _tests_core(x, y, z, key, generator, regressor, config, tests, mesh):
 _jit_core = jax.jit(_tests_core, static_argnames=("config", "tests", "mesh"))
 
 
-def _as_2d(a, name: str) -> jax.Array:
-    a = jnp.asarray(a)
-    if a.ndim == 1:
-        a = a[:, None]
-    if a.ndim != 2:
-        raise ValueError(f"`{name}` must be [n] or [n, d], got shape {a.shape}.")
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        a = a.astype(jnp.result_type(float))
-    return a
-
-
 def _check_finite(a, name: str) -> None:
     if not isinstance(a, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(a))):
         raise ValueError(f"`{name}` has non-finite entries (NaN or inf).")
@@ -289,22 +275,21 @@ def _check_tests(tests: Sequence[str]) -> tuple[str, ...]:
 
 
 def _check_data(x, y, z, config: CMIConfig, *, batched: bool):
+    """Float arrays ``[n, d]`` (``[R, n, d]`` if ``batched``; a missing ``d`` axis is added)."""
     names = ("xs", "ys", "zs") if batched else ("x", "y", "z")
+    lead = 2 if batched else 1
+    shape_text = "[R, n] or [R, n, d]" if batched else "[n] or [n, d]"
     arrays = []
     for a, name in zip((x, y, z), names, strict=True):
         a = jnp.asarray(a)
-        if batched:
-            if a.ndim == 2:
-                a = a[..., None]
-            if a.ndim != 3:
-                raise ValueError(f"`{name}` must be [R, n] or [R, n, d], got shape {a.shape}.")
-            if not jnp.issubdtype(a.dtype, jnp.floating):
-                a = a.astype(jnp.result_type(float))
-        else:
-            a = _as_2d(a, name)
+        if a.ndim == lead:
+            a = a[..., None]
+        if a.ndim != lead + 1:
+            raise ValueError(f"`{name}` must be {shape_text}, got shape {a.shape}.")
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            a = a.astype(jnp.result_type(float))
         _check_finite(a, name)
         arrays.append(a)
-    lead = 2 if batched else 1
     shapes = {name: a.shape[:lead] for a, name in zip(arrays, names, strict=True)}
     if len(set(shapes.values())) != 1:
         raise ValueError(f"sample counts differ: {shapes}; x, y and z need the same rows.")
