@@ -1,0 +1,294 @@
+"""Robust DKW certificates: closed forms, a generic solver, duality identities, invariants."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from benchmarks import dkw_bounds as bench
+from jaxlab.federated import robust_dkw as R
+
+
+def test_dkw_band_terms_and_shape(key):
+    r = jax.random.uniform(key, (500,))
+    lam = jnp.linspace(-0.1, 1.1, 97)
+    band = R.dkw_band(r, lam, n_min=200, delta=0.05)
+    # eps_K and t by hand (delta split 0.025 / 0.025); the spec's eps_K ~ 0.066 at K = 500
+    np.testing.assert_allclose(band.eps_k, math.sqrt(math.log(80.0) / 1000.0), rtol=1e-6)
+    np.testing.assert_allclose(band.eps_k, 0.0662, atol=1e-4)
+    np.testing.assert_allclose(band.t, math.sqrt(math.log(2 * 500 / 0.025) / 400.0), rtol=1e-6)
+    # the band is the shifted empirical CDF -/+ eps_K, clipped
+    s = np.sort(np.asarray(r))
+    lo = np.clip(np.searchsorted(s, np.asarray(lam) - band.t, "right") / 500 - band.eps_k, 0, 1)
+    np.testing.assert_allclose(band.lower, lo, atol=1e-6)
+    lower, upper = np.asarray(band.lower), np.asarray(band.upper)
+    assert np.all((0 <= lower) & (lower <= upper) & (upper <= 1))
+    assert np.all(np.diff(lower) >= 0) and np.all(np.diff(upper) >= 0)
+    tight = R.dkw_band(r, lam, n_min=200, delta=0.01)
+    assert np.all(tight.lower <= lower) and np.all(tight.upper >= upper)
+    control = R.dkw_band(r, lam, 200, 0.05, client_term=False)
+    assert control.t == 0 and np.all(control.upper <= upper)
+
+
+def test_bucket_counts_equal_brute_force_with_ties():
+    r = jnp.array([0.3, 0.1, 0.5, 0.3, 0.0, 1.0, 0.3])
+    x = jnp.array([0.3, -1.0, 0.31, 0.0, 1.0, 0.3, 0.05])  # unsorted, repeated, on the values
+    for strict in (False, True):
+        brute = (r[None, :] < x[:, None]) if strict else (r[None, :] <= x[:, None])
+        np.testing.assert_array_equal(R.count_below(r, x, strict=strict), brute.sum(-1))
+
+
+def test_quantile_and_average_intervals():
+    r = jnp.arange(1, 101) / 100.0  # F_hat(x) = floor(100 x) / 100
+    lo, hi = R.quantile_interval(r, 0.5, n_min=10**8, delta=0.05)
+    eps = float(R.dkw_epsilon(100, 0.025))
+    t = float(R.hoeffding_shift(10**8, 100, 0.025))
+    np.testing.assert_allclose(lo, math.ceil((0.5 - eps) * 100) / 100 - t, atol=1e-6)
+    np.testing.assert_allclose(hi, math.ceil((0.5 + eps) * 100) / 100 + t, atol=1e-6)
+    lo, hi = R.average_loss_interval(r, n_min=100, delta=0.05)
+    w = float(R.hoeffding_shift(100, 100, 0.025)) + math.sqrt(math.log(4 / 0.05) / 200)
+    np.testing.assert_allclose([lo, hi], [0.505 - w, 0.505 + w], atol=1e-6)
+
+
+def test_population_closed_forms_reproduced_by_the_reduction():
+    with jax.enable_x64(True):
+        p = jnp.linspace(0.0, 1.0, 41)[:, None]
+        eps = jnp.array([0.0, 0.01, 0.05, 0.2, 1.0, 3.0])[None, :]
+        for div, closed in (("chi2", R.chi2_worst_tail), ("kl", R.kl_worst_tail)):
+            got = R.population_worst_tail(p, eps, div)
+            np.testing.assert_allclose(got, closed(p, eps), atol=1e-10, err_msg=div)
+        # eps = 0, tau = 0: no reweighting, V = m / K
+        a, _ = R.two_level_weights(p, 0.0, 0.0, 5.0, "kl")
+        np.testing.assert_allclose(jnp.where(p > 0, p * a, 0.0), p, atol=1e-10)
+        # V is non-decreasing in the box Lam and in the mean-constraint slack
+        caps = jnp.array([1.2, 1.5, 2.0, 4.0, jnp.inf])[None, :]
+        for div in R.DIVERGENCES:
+            v = p * R.two_level_weights(p, 0.2, 0.05, caps, div)[0]
+            assert np.all(np.diff(v, axis=1) >= -1e-12), div
+            v = p * R.two_level_weights(p, 0.2, jnp.array([0.0, 0.1, 0.3])[None, :], 3.0, div)[0]
+            assert np.all(np.diff(v, axis=1) >= -1e-12), div
+
+
+@pytest.mark.parametrize("divergence", ["chi2", "kl"])
+def test_reduction_matches_a_generic_solver(divergence):
+    rng = np.random.default_rng(7 if divergence == "kl" else 3)
+    for _ in range(3):
+        k = int(rng.integers(5, 13))
+        ind = rng.random(k) < rng.uniform(0.2, 0.8)
+        ind[0] = True
+        budget, tau1 = rng.uniform(0.05, 0.5), rng.uniform(0.0, 0.2)
+        lam_max = float(rng.uniform(1.5, 4.0))
+        slsqp = bench.slsqp_two_level(ind, budget, tau1, lam_max, divergence, starts=3)
+        with jax.enable_x64(True):
+            p = ind.mean()
+            a, _ = R.two_level_weights(p, budget, tau1, lam_max, divergence)
+            v = float(p * a)
+        assert abs(v - slsqp) < 1e-5, (divergence, k, v, slsqp)
+        assert abs(bench.numpy_two_level(p, budget, tau1, lam_max, divergence) - slsqp) < 1e-5
+
+
+def test_kl_argmin_matters():
+    """b* must be clipped towards argmin t log t = 1/e; towards 1 the value is lower."""
+    with jax.enable_x64(True):
+        p, budget, tau1, lam_max = 0.4, 0.3, 0.15, 3.0
+        a, b = R.two_level_weights(p, budget, tau1, lam_max, "kl")
+        assert b < 1.0  # the optimum uses the slack of the mean constraint below 1
+        ind = np.arange(20) < 8
+        assert abs(float(p * a) - bench.slsqp_two_level(ind, budget, tau1, lam_max, "kl")) < 1e-5
+        wrong = bench.numpy_two_level(p, budget, tau1, lam_max, "kl", t_f=1.0)
+        assert wrong < float(p * a) - 1e-3
+
+
+def test_divergence_constants():
+    with jax.enable_x64(True):
+        for eps, delta in ((0.2, 0.05), (0.01, 0.05), (0.001, 0.5)):  # the last two: eps/delta < e
+            lam, c1, c2 = R.divergence_constants(eps, delta, "kl")
+            assert lam > 1.0 and np.isfinite(lam)
+            np.testing.assert_allclose(lam * np.log(lam), eps / delta, rtol=1e-10)
+            np.testing.assert_allclose(c2, (lam * np.log(lam) + np.log(lam) / lam) / 2, rtol=1e-10)
+        lam, c1, c2 = R.divergence_constants(0.2, 0.05, "chi2")
+        np.testing.assert_allclose([lam, c1, c2], [3.0, 2.0, 2.0])
+
+
+def test_robust_tail_bound_monotone_and_jit(key):
+    r = jax.random.beta(key, 2.0, 8.0, (300,))
+    lam = jnp.linspace(0.0, 0.8, 25)
+    for div in R.DIVERGENCES:
+        b = [R.robust_tail_bound(r, lam, e, n=500, delta=d, divergence=div)
+             for e, d in ((0.05, 0.05), (0.2, 0.05), (0.2, 0.01))]  # fmt: skip
+        assert np.all(np.diff(b[0]) <= 1e-6), div  # non-increasing in lam
+        assert np.all(b[1] >= b[0] - 1e-6) and np.all(b[2] >= b[1] - 1e-6), div
+        assert np.all((0.0 <= b[0]) & (b[0] <= 1.0))
+        jit = jax.jit(lambda r, e, d=div: R.robust_tail_bound(r, lam, e, n=500, divergence=d))
+        np.testing.assert_allclose(jit(r, 0.2), b[1], atol=1e-6)
+    ref = bench.numpy_tail_bound(np.asarray(r, np.float64), np.asarray(lam), 0.2, 500)
+    np.testing.assert_allclose(b[1], ref, atol=1e-5)
+    eps = jnp.array([0.05, 0.2])
+    vm = jax.vmap(lambda e: R.robust_tail_bound(r, lam, e, n=500, divergence="kl"))(eps)
+    np.testing.assert_allclose(vm[1], R.robust_tail_bound(r, lam, 0.2, n=500, divergence="kl"),
+                               atol=1e-6)  # fmt: skip
+
+
+def test_dirichlet_kl_values():
+    kl = [R.dirichlet_kl(jnp.full((10,), a), jnp.full((10,), 0.4)) for a in (0.35, 0.3, 0.4)]
+    np.testing.assert_allclose(kl, [0.0673, 0.3355, 0.0], atol=1e-4)
+
+
+# ---- Wasserstein -------------------------------------------------------------------------------
+
+
+def _linear():
+    return jnp.array([[1.0, -0.5, 0.2], [0.3, 0.8, -0.6]]), jnp.array([0.1, -0.2, 0.0])
+
+
+def test_phi_closed_form_matches_brute_force_grid():
+    w, b = _linear()
+    x = jnp.array([[0.5, 0.2], [-0.4, 0.9], [0.1, -1.0]])
+    y = jnp.array([0, 1, 2])
+    d2, correct = R.linear_margins(w, b, x, y)
+    g = jnp.linspace(-3.0, 3.0, 601)
+    grid = jnp.stack(jnp.meshgrid(g, g), -1).reshape(-1, 2)
+    pred = jnp.argmax(grid @ w + b[None, :], -1)
+    gammas = jnp.array([0.0, 0.3, 1.0, 4.0, 1e6])
+    phi = R.phi_zero_one(gammas, d2, correct)
+    for i in range(3):
+        cost = jnp.sum((grid - x[i][None, :]) ** 2, -1)
+        brute = jnp.max((pred != y[i])[None, :] - gammas[:, None] * cost[None, :], -1)
+        np.testing.assert_allclose(phi[i, :4], brute[:4], atol=0.03)
+        loss = float(~correct[i])
+        np.testing.assert_allclose(phi[i, 0], 1.0)  # gamma = 0: the loss's supremum
+        np.testing.assert_allclose(phi[i, -1], loss, atol=1e-6)  # gamma -> inf: the loss
+
+
+def test_knapsack_greedy_equals_dual_and_cost_dual_equals_primal(key):
+    k1, k2, k3 = jax.random.split(key, 3)
+    c = jax.random.uniform(k1, (30,)) * (jax.random.uniform(k2, (30,)) > 0.3)
+    for eps in (0.0, 0.02, 0.1, 0.4, 5.0):
+        gam = jnp.concatenate([jnp.zeros(1), 1.0 / jnp.where(c > 0, c, 1.0)])
+        dual = jnp.min(gam * eps + jnp.maximum(0.0, 1.0 - gam[:, None] * c[None, :]).mean(-1))
+        np.testing.assert_allclose(R.knapsack_fraction(c, eps), dual, atol=1e-5)
+    # one client of a linear classifier: the dual cost sup_gamma (lam - R_adv) / gamma equals the
+    # greedy primal (move the cheapest correctly classified mass across the boundary)
+    w, b = _linear()
+    x = jax.random.normal(k3, (40, 2))
+    y = jnp.argmax(x @ w + b[None, :], -1).at[:5].set(0)
+    d2, correct = R.linear_margins(w, b, x, y)
+    risk = float(1.0 - correct.mean())
+    pos = np.sort(np.asarray(d2)[np.asarray(correct)])
+    gammas = jnp.asarray(np.concatenate([[0.0], 1.0 / pos]))
+    adv = R.phi_zero_one(gammas, d2, correct).mean(0)
+    for lam in (risk + 0.05, risk + 0.33, 0.9):
+        mass = 40 * (lam - risk)
+        j = int(mass)
+        primal = (pos[:j].sum() + (mass - j) * pos[j]) / 40
+        dual = R.transport_costs(jnp.asarray(risk), adv[None, :], gammas, lam, 0.0)
+        np.testing.assert_allclose(dual, primal, rtol=1e-5)
+
+
+def test_average_bound_dominates_explicit_perturbations(key):
+    w, b = _linear()
+    kx, kv = jax.random.split(key)
+    x = jax.random.normal(kx, (6, 25, 2))
+    y = jnp.argmax(x @ w + b[None, None, :], -1)
+    y = y.at[:, :3].set(1)
+    mask = jnp.ones(y.shape, bool)
+    gammas = jnp.concatenate([jnp.zeros(1), jnp.logspace(-2, 3, 40)])
+    risk, adv = R.local_adversarial_risks(w, b, x, y, mask, gammas)
+    assert np.all(adv >= risk[:, None] - 1e-6) and np.all(np.diff(adv, axis=-1) <= 1e-6)
+    for i in range(5):
+        v = jax.random.normal(jax.random.fold_in(kv, i), x.shape) * 0.3
+        eps = float(jnp.sum(v**2, -1).mean())  # meta cost <= mean per-point transport
+        moved, _ = R.local_adversarial_risks(w, b, x + v, y, mask, gammas[:1])
+        dual = jnp.min(gammas * eps + adv.mean(0))
+        assert float(moved.mean()) <= float(dual) + 1e-6
+    # at eps = 0 the bound is the mean risk plus the finite-sample terms (gamma -> inf in grid)
+    big = jnp.concatenate([gammas, jnp.array([1e9])])
+    risk, adv = R.local_adversarial_risks(w, b, x, y, mask, big)
+    terms = sum(R.wasserstein_terms(6, big.shape[0], 25, 0.05))
+    bound = R.wasserstein_average_bound(adv, big, 0.0, 25, 0.05)
+    np.testing.assert_allclose(bound, min(1.0, float(risk.mean() + terms)), atol=1e-5)
+
+
+def test_wasserstein_bounds_monotone(key):
+    w, b = _linear()
+    x = jax.random.normal(key, (8, 30, 2))
+    y = jnp.argmax(x @ w + b[None, None, :], -1)
+    gammas = jnp.concatenate([jnp.zeros(1), jnp.logspace(-2, 3, 20), jnp.array([1e6])])
+    risk, adv = R.local_adversarial_risks(w, b, x, y, jnp.ones(y.shape, bool), gammas)
+    lam = jnp.linspace(0.0, 1.0, 11)
+    prev_avg, prev_tail = -1.0, None
+    for eps, delta in ((0.0, 0.5), (0.01, 0.5), (0.1, 0.5), (0.1, 0.1)):
+        # large delta keeps the bounds below their clip at 1 for this tiny network
+        avg = float(R.wasserstein_average_bound(adv, gammas, eps, 1000, delta))
+        tail = np.asarray(R.wasserstein_tail_bound(risk, adv, gammas, lam, eps, 1000, delta))
+        assert avg >= prev_avg - 1e-7
+        assert np.all(np.diff(tail) <= 1e-7)
+        if prev_tail is not None:
+            assert np.all(tail >= prev_tail - 1e-7)
+        prev_avg, prev_tail = avg, tail
+
+
+def test_gradient_ascent_matches_grid_for_a_smooth_loss():
+    w = 2.0
+
+    def loss(x, y):  # a logistic loss squashed into [0, 1]; curvature <= w^2 / 8 along w
+        return jax.nn.sigmoid(-w * (2 * y - 1) * x[0])
+
+    x = jnp.array([[0.3], [-0.2], [1.0]])
+    y = jnp.array([1, 1, 0])
+    gamma = 1.0  # 2 gamma > w^2 / 8: concave objective
+    phi = R.adversarial_risk_ascent(loss, x, y, gamma, steps=300, step_size=0.1)
+    g = jnp.linspace(-4.0, 4.0, 8001)
+    for i in range(3):
+        brute = jnp.max(
+            jax.vmap(lambda z, i=i: loss(z[None], y[i]))(g) - gamma * (g - x[i, 0]) ** 2
+        )
+        np.testing.assert_allclose(phi[i], brute, atol=1e-4)
+
+
+def test_sharded_clients_equal_unsharded(mesh, key):
+    w, b = _linear()
+    x = jax.random.normal(key, (8, 12, 2))
+    y = jnp.argmax(x @ w + b[None, None, :], -1).at[:, 0].set(2)
+    mask = jnp.ones(y.shape, bool).at[:, -3:].set(False)
+    gammas = jnp.logspace(-2, 2, 7)
+    plain = R.local_adversarial_risks(w, b, x, y, mask, gammas)
+    sharded = R.local_adversarial_risks(w, b, x, y, mask, gammas, mesh=mesh)
+    for p, s in zip(plain, sharded, strict=True):
+        np.testing.assert_allclose(p, s, atol=1e-6)
+    assert len(sharded[1].sharding.device_set) == 4
+
+
+def test_e1_property_coverage():
+    from experiments.robust_dkw import _e1_covered
+
+    keys = jax.random.split(jax.random.key(11), 100)
+    inside, _, _, _ = _e1_covered(keys, 200, 200, 256)
+    assert float(inside.mean()) >= 0.9
+
+
+def test_clear_errors():
+    r = jnp.array([0.1, 0.5, 0.2])
+    lam = jnp.linspace(0, 1, 5)
+    with pytest.raises(ValueError, match=r"r_hat.*\[0, 1\]"):
+        R.dkw_band(jnp.array([0.1, 1.3]), lam, 10)
+    with pytest.raises(ValueError, match="at least 2 clients"):
+        R.robust_tail_bound(jnp.array([0.1]), lam, 0.1, n=10)
+    for bad in (0.0, 1.0, -0.1):
+        with pytest.raises(ValueError, match="delta"):
+            R.dkw_band(r, lam, 10, delta=bad)
+        with pytest.raises(ValueError, match="delta"):
+            R.robust_tail_bound(r, lam, 0.1, n=10, delta=bad)
+    with pytest.raises(ValueError, match="divergence"):
+        R.robust_tail_bound(r, lam, 0.1, n=10, divergence="tv")
+    with pytest.raises(ValueError, match="eps"):
+        R.robust_tail_bound(r, lam, -0.1, n=10)
+    adv = jnp.ones((3, 2))
+    with pytest.raises(ValueError, match="adv"):
+        R.wasserstein_average_bound(adv * 2.0, jnp.array([0.0, 1.0]), 0.1, 10)
+    with pytest.raises(ValueError, match="gammas"):
+        R.wasserstein_average_bound(adv, jnp.array([0.0, 1.0, 2.0]), 0.1, 10)
+    with pytest.raises(ValueError, match="delta"):
+        R.wasserstein_tail_bound(r, adv, jnp.array([0.0, 1.0]), lam, 0.1, 10, delta=1.5)
