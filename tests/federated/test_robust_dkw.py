@@ -292,3 +292,8 @@ def test_clear_errors():
         R.wasserstein_average_bound(adv, jnp.array([0.0, 1.0, 2.0]), 0.1, 10)
     with pytest.raises(ValueError, match="delta"):
         R.wasserstein_tail_bound(r, adv, jnp.array([0.0, 1.0]), lam, 0.1, 10, delta=1.5)
+    with pytest.raises(ValueError, match="same clients"):
+        R.wasserstein_tail_bound(r[:2], adv, jnp.array([0.0, 1.0]), lam, 0.1, 10)
+    with pytest.raises(ValueError, match=r"\[K, n, d\]"):
+        w, b = _linear()
+        R.local_adversarial_risks(w, b, jnp.ones((3, 2)), jnp.zeros((3,), int), r > 0, lam)

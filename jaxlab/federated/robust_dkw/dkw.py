@@ -49,13 +49,16 @@ def _concrete(x) -> bool:
     return not isinstance(x, jax.core.Tracer)
 
 
-def check_losses(r: jax.Array, name: str = "r_hat", *, min_clients: int = 2) -> jax.Array:
-    """``r`` as an array with a last (client) axis of size ``>= min_clients``, values in [0, 1]."""
+def check_losses(
+    r: jax.Array, name: str = "r_hat", *, min_clients: int = 2, axis: int = -1
+) -> jax.Array:
+    """``r`` as an array whose client axis ``axis`` has ``>= min_clients`` entries, values in
+    ``[0, 1]`` (checked where concrete; traced values pass through)."""
     r = jnp.asarray(r)
-    if r.ndim < 1 or r.shape[-1] < min_clients:
+    if r.ndim < 1 or r.shape[axis] < min_clients:
         raise ValueError(
-            f"`{name}` needs a client axis (last) with at least {min_clients} clients; got shape "
-            f"{r.shape}. The DKW and Hoeffding terms are undefined for K < 2."
+            f"`{name}` needs at least {min_clients} clients on axis {axis}; got shape {r.shape}. "
+            f"The DKW and Hoeffding terms are undefined for K < 2."
         )
     if _concrete(r):
         a = np.asarray(r)

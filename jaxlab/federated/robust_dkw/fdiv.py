@@ -123,7 +123,7 @@ def two_level_weights(p, budget, tau1, lam_max, divergence: str, iters: int = 60
       p: fraction of clients in ``A`` (``m / K``, or a population probability), any shape.
       budget: ``eps + tau2`` (>= 0).
       tau1: slack of the mean constraint ``|mean(alpha) - 1| <= tau1``.
-      lam_max: the box ``alpha <= Lam`` (``jnp.inf`` for none).
+      lam_max: the box ``alpha <= Lam``, ``>= 1`` (``jnp.inf`` for none).
       divergence: ``"kl"`` or ``"chi2"``.
       iters: bisection halvings (60 resolve the bracket to ``2^-60`` of its width).
 

@@ -116,6 +116,11 @@ def local_adversarial_risks(
       ``(risk [K], adv [K, G])``, both in ``[0, 1]``; ``adv[:, g] >= risk`` and non-increasing in
       ``gamma``.
     """
+    if x.ndim != 3 or y.shape != x.shape[:2] or mask.shape != y.shape:
+        raise ValueError(
+            f"`x` must be [K, n, d] with `y` and `mask` [K, n]; got {x.shape}, {y.shape}, "
+            f"{mask.shape}."
+        )
     x, y, mask = sharding.constrain_batch((x, y, mask), mesh)
     d2, correct = linear_margins(weights, bias, x, y)
     w = mask.astype(x.dtype)
@@ -192,7 +197,7 @@ def wasserstein_average_bound(adv: jax.Array, gammas: jax.Array, eps, n_min, del
     Returns:
       Scalar bound in ``[0, 1]``, non-decreasing in ``eps`` and as ``delta`` shrinks.
     """
-    adv = check_losses(adv.T, "adv").T
+    adv = check_losses(adv, "adv", axis=0)
     _check_gammas(adv, gammas)
     check_delta(delta)
     check_positive(eps, "eps", strict=False)
@@ -242,8 +247,13 @@ def wasserstein_tail_bound(
     """Certified upper bound on ``P_{mu'}[R >= lam]`` over target networks within meta-Wasserstein
     ``eps`` (module docstring): ``[L]`` for thresholds ``lam [L]``, non-increasing in ``lam``."""
     r_hat = check_losses(r_hat)
-    adv = check_losses(adv.T, "adv").T
+    adv = check_losses(adv, "adv", axis=0)
     _check_gammas(adv, gammas)
+    if r_hat.shape != adv.shape[:1]:
+        raise ValueError(
+            f"`r_hat` [K] and `adv` [K, G] must have the same clients; got {r_hat.shape} and "
+            f"{adv.shape}."
+        )
     check_delta(delta)
     check_positive(eps, "eps", strict=False)
     return _tail_bound(r_hat, adv, gammas, jnp.asarray(lam), eps, n_min, delta)
