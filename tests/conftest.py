@@ -1,4 +1,4 @@
-"""Test-session setup: 4 forced host devices (before JAX starts) and strict numerics.
+"""Test-session setup: 4 forced host devices (before JAX starts), fast compiles, strict numerics.
 
 Four fake CPU devices check sharded == unsharded and output shardings; they say nothing about
 speed. Rank promotion raises (``[B] + [B, 1]`` is a bug, not a broadcast); a test that needs a
@@ -12,6 +12,11 @@ import os
 _FLAG = "--xla_force_host_platform_device_count"
 if _FLAG not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_FLAG}=4".strip()
+# The suite is compile-bound (hundreds of small jitted programs, each run a few times): LLVM at
+# -O0 compiles them about 40% faster on XLA:CPU, and the tests check values, not speed.
+_OPT = "--xla_backend_optimization_level"
+if _OPT not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += f" {_OPT}=0"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
