@@ -1,0 +1,95 @@
+"""FedGWC's server-side signal: Gaussian rewards from local loss trajectories, the running
+interaction matrix, and its convergence statistic (spec ``papers/fedgwc.md`` sections 2.3-2.4,
+read from the official ``ServerFedGWC``).
+
+Naming follows the spec, not the official code (which swaps the two): ``R`` is the running
+interaction matrix, ``A`` (in :mod:`.clustering`) the affinity.
+
+Per round, every sampled client ``k in S`` reports its ``T`` local minibatch losses ``l_k``. With
+weights ``v_k = n_k / N_S``::
+
+    mu_t = sum_k v_k l_kt,   s2_t = sum_k v_k (l_kt - mu_t)^2 + floor_t,
+    r_k = (1/T) sum_t exp(-(l_kt - mu_t)^2 / (2 s2_t))                       in (0, 1],
+    R[i, j] <- (1 - alpha) R[i, j] + alpha r_i / sum_{k in S} r_k   for i, j in S (diagonal too),
+
+with ``alpha = m / K_c``. A client whose trajectory is typical of the cohort gets a reward near 1,
+an atypical one a small reward. ``floor_t = 1e-12 (1 + mu_t^2)`` replaces the official absolute
+``1e-16``: with identical losses in float32 the weighted mean is off by an ulp, so ``(l - mu)^2``
+and the variance are both ~1e-14 and the official reward is a noisy ratio of rounding errors
+(spec pitfall); the relative floor makes it ``~1`` as intended. The optional synthetic-loss pooling
+(``loss_sampling_size``, off by default in the official config) is not implemented.
+
+Convergence: ``sse = sum_{i, j in S} (Delta R[i, j])^2``, ``mse <- (1 - alpha) mse + alpha sse /
+m^2``; the patience counter grows while ``mse < eps`` (else resets) and clustering is attempted when
+it reaches ``round(K_c / m)``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+__all__ = ["ConvergenceState", "convergence_step", "gaussian_rewards", "update_interaction"]
+
+
+def gaussian_rewards(losses: jax.Array, weights: jax.Array, mask: jax.Array) -> jax.Array:
+    """Gaussian rewards of the sampled clients (module docstring).
+
+    Args:
+      losses: ``[S, T]`` per-step local losses of the ``S`` client slots.
+      weights: ``[S]`` sample counts ``n_k`` (normalised over the real slots here).
+      mask: ``[S]`` real slots (padding slots get reward 0 and no weight).
+
+    Returns:
+      ``[S]`` rewards in ``(0, 1]`` on real slots, 0 on padding.
+    """
+    w = jnp.where(mask, weights, 0.0)
+    v = w / jnp.sum(w)
+    mu = jnp.sum(v[:, None] * losses, axis=0)  # [T]
+    dev2 = (losses - mu[None, :]) ** 2
+    var = jnp.sum(v[:, None] * dev2, axis=0) + 1e-12 * (1.0 + mu**2)
+    r = jnp.mean(jnp.exp(-dev2 / (2.0 * var[None, :])), axis=1)
+    return jnp.where(mask, r, 0.0)
+
+
+def update_interaction(
+    r_matrix: jax.Array, idx: jax.Array, mask: jax.Array, rewards: jax.Array, alpha
+) -> tuple[jax.Array, jax.Array]:
+    """One EMA step of the interaction matrix on the sampled block.
+
+    Args:
+      r_matrix: ``[K, K]`` running interaction matrix (global indices; cross-cluster entries are
+        never read).
+      idx: ``[S]`` global client indices of the slots (padding slots may repeat an index).
+      mask: ``[S]`` real slots; rewards: ``[S]``; alpha: EMA weight ``m / K_c``.
+
+    Returns:
+      ``(new R, sse)``: only ``R[i, j]`` with ``i, j`` real slots change, by
+      ``alpha (r_i / sum r - R[i, j])``; ``sse`` is the sum of squared changes.
+    """
+    share = rewards / jnp.sum(jnp.where(mask, rewards, 0.0))
+    pair = mask[:, None] & mask[None, :]
+    block = r_matrix[idx[:, None], idx[None, :]]
+    delta = jnp.where(pair, alpha * (share[:, None] - block), 0.0)
+    # sampling is without replacement, so real slots never collide; padding adds exact zeros
+    return r_matrix.at[idx[:, None], idx[None, :]].add(delta), jnp.sum(delta**2)
+
+
+@struct.dataclass
+class ConvergenceState:
+    """Per-cluster convergence statistics: the running ``mse`` (starts at 1) and the patience."""
+
+    mse: jax.Array
+    patience: jax.Array
+
+    @classmethod
+    def init(cls, shape=()) -> ConvergenceState:
+        return cls(jnp.ones(shape), jnp.zeros(shape, jnp.int32))
+
+
+def convergence_step(state: ConvergenceState, sse, alpha, m, eps: float = 1e-5) -> ConvergenceState:
+    """``mse <- (1 - alpha) mse + alpha sse / m^2``; patience ``+1`` while ``mse < eps``, else 0."""
+    mse = (1.0 - alpha) * state.mse + alpha * sse / (m * m)
+    patience = jnp.where(mse < eps, state.patience + 1, 0)
+    return ConvergenceState(mse, patience)

@@ -1,0 +1,189 @@
+"""The federated round shared by FedGWC and its baselines: client sampling, local SGD on each
+sampled client (``vmap`` over client slots of a ``lax.scan`` over local steps) recording the
+per-step minibatch losses, and FedAvg (spec sections 2.2 and 7).
+
+Static shapes throughout: the ``K`` clients' data are padded to a common ``n_max`` with per-client
+counts, a round's ``S`` client slots carry a mask (a cluster smaller than ``m`` fills fewer), and
+client sampling is Gumbel-top-k over masked scores (uniform without replacement among members).
+
+Local training follows the official client: ``T`` steps of SGD (weight decay added to the gradient,
+optional momentum) on minibatches of ``batch_size`` drawn without replacement from the client's
+samples, one fresh draw per step. (The official loader reshuffles every epoch and drops the last
+incomplete batch; with ``n_k < 2 b``, as in the spec's 100 samples and batch 64, an epoch is one
+batch, so the two agree.) "Noise" clients add fresh Gaussian pixel noise of their own SD to every
+minibatch they read, as the official loader does on every access.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+from jax.sharding import Mesh
+
+from jaxlab.core import sharding
+
+__all__ = [
+    "MLP",
+    "ClientData",
+    "LocalConfig",
+    "fedavg",
+    "federated_round",
+    "local_train",
+    "sample_clients",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class LocalConfig:
+    """Local training: ``steps`` SGD steps of ``batch_size`` (official: 7, 64, lr 0.01, weight
+    decay 4e-4, momentum 0)."""
+
+    steps: int = 7
+    batch_size: int = 64
+    lr: float = 0.01
+    weight_decay: float = 4e-4
+    momentum: float = 0.0
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"LocalConfig.{name} must be >= 1, got {getattr(self, name)}.")
+        if self.lr <= 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
+            raise ValueError(
+                f"LocalConfig needs lr > 0, weight_decay >= 0, momentum in [0, 1); got {self}."
+            )
+
+    def optimizer(self) -> optax.GradientTransformation:
+        """PyTorch-style SGD: ``g + wd theta``, then momentum (if any), then ``-lr``."""
+        return optax.chain(
+            optax.add_decayed_weights(self.weight_decay),
+            optax.sgd(self.lr, momentum=self.momentum or None),
+        )
+
+
+class MLP(nn.Module):
+    """The spec's digits classifier: ``64 -> hidden... -> classes`` with ReLU."""
+
+    hidden: tuple[int, ...] = (64,)
+    classes: int = 10
+
+    @nn.compact
+    def __call__(self, x):
+        for h in self.hidden:
+            x = nn.relu(nn.Dense(h)(x))
+        return nn.Dense(self.classes)(x)
+
+
+@struct.dataclass
+class ClientData:
+    """Every client's training data, padded: ``x [K, n_max, d]``, ``y [K, n_max]`` int labels,
+    ``count [K]`` real samples (the first ``count_k`` rows), ``noise [K]`` pixel-noise SDs."""
+
+    x: jax.Array
+    y: jax.Array
+    count: jax.Array
+    noise: jax.Array
+
+    def check(self, batch_size: int) -> ClientData:
+        """Raise on a client with no data or fewer samples than a minibatch; return ``self``."""
+        k, n_max = self.y.shape
+        if self.x.shape[:2] != (k, n_max) or self.count.shape != (k,) or self.noise.shape != (k,):
+            raise ValueError(
+                f"ClientData shapes disagree: x {self.x.shape}, y {self.y.shape}, count "
+                f"{self.count.shape}, noise {self.noise.shape}."
+            )
+        counts = jax.device_get(self.count)
+        if (counts < 1).any():
+            raise ValueError(f"client(s) {list((counts < 1).nonzero()[0])} have no data.")
+        if (counts < batch_size).any() or (counts > n_max).any():
+            raise ValueError(
+                f"every client needs batch_size={batch_size} <= count <= n_max={n_max} samples; "
+                f"got counts in [{counts.min()}, {counts.max()}]."
+            )
+        return self
+
+
+def sample_clients(key: jax.Array, members: jax.Array, m: int) -> tuple[jax.Array, jax.Array]:
+    """``m`` slots drawn uniformly without replacement among ``members [K]`` (bool).
+
+    Returns ``(idx [m], mask [m])``; with fewer than ``m`` members the extra slots are masked
+    (their indices point at non-members and must not be used).
+    """
+    scores = jnp.where(members, jax.random.gumbel(key, members.shape), -jnp.inf)
+    top, idx = jax.lax.top_k(scores, m)
+    return idx, jnp.isfinite(top)
+
+
+def local_train(
+    apply_fn: Callable, params, x, y, count, noise, key, config: LocalConfig
+) -> tuple[object, jax.Array]:
+    """``config.steps`` local SGD steps on one client; returns ``(params, losses [T])``.
+
+    ``x [n_max, d]``, ``y [n_max]``, ``count`` real rows, ``noise`` SD of the fresh input noise.
+    """
+    opt = config.optimizer()
+    n_max = y.shape[0]
+
+    def loss_fn(p, xb, yb):
+        logits = apply_fn(p, xb)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
+
+    def step(carry, k):
+        p, s = carry
+        k_batch, k_noise = jax.random.split(k)
+        scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(k_batch, (n_max,)), 2.0)
+        rows = jnp.argsort(scores)[: config.batch_size]  # without replacement among real rows
+        xb = x[rows] + noise * jax.random.normal(k_noise, (config.batch_size, x.shape[-1]))
+        loss, grads = jax.value_and_grad(loss_fn)(p, xb, y[rows])
+        updates, s = opt.update(grads, s, p)
+        return (optax.apply_updates(p, updates), s), loss
+
+    keys = jax.random.split(key, config.steps)
+    (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), keys)
+    return params, losses
+
+
+def fedavg(client_params, weights: jax.Array):
+    """Weighted mean over the leading (client) axis: ``sum_k w_k theta_k / sum_k w_k``."""
+    w = weights / jnp.sum(weights)
+
+    def mean(leaf):
+        return jnp.tensordot(w, leaf, axes=1)
+
+    return jax.tree_util.tree_map(mean, client_params)
+
+
+def federated_round(
+    apply_fn: Callable,
+    params,
+    data: ClientData,
+    idx: jax.Array,
+    mask: jax.Array,
+    key: jax.Array,
+    config: LocalConfig,
+    mesh: Mesh | None = None,
+):
+    """One round: local training on the slots ``idx [S]`` (real where ``mask``), then FedAvg
+    weighted by the clients' sample counts over the real slots.
+
+    Returns ``(new params, client params [S, ...], losses [S, T])``; the client-slot axis is
+    sharded over ``mesh``'s ``"data"`` axis when given (``S`` a multiple of the device count).
+    With no real slot the parameters are returned unchanged.
+    """
+    x, y, count, noise = sharding.constrain_batch(
+        (data.x[idx], data.y[idx], data.count[idx], data.noise[idx]), mesh
+    )
+    keys = sharding.constrain_batch(jax.random.split(key, idx.shape[0]), mesh)
+    train = jax.vmap(local_train, in_axes=(None, None, 0, 0, 0, 0, 0, None))
+    local, losses = train(apply_fn, params, x, y, count, noise, keys, config)
+    weights = jnp.where(mask, count, 0).astype(losses.dtype)
+    any_real = jnp.sum(weights) > 0
+    new = fedavg(local, jnp.where(any_real, weights, 1.0))
+    new = jax.tree_util.tree_map(lambda a, b: jnp.where(any_real, a, b), new, params)
+    return new, local, losses

@@ -1,0 +1,207 @@
+"""FedGWC's reward, interaction matrix, convergence statistic, affinity and model selection."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from jaxlab.federated import fedgwc as F
+
+
+def test_reward_closed_form_for_one_outlier():
+    m, a, b = 10, 0.7, 1.9
+    losses = jnp.full((m, 1), a).at[3, 0].set(b)
+    r = F.gaussian_rewards(losses, jnp.ones(m), jnp.ones(m, bool))
+    np.testing.assert_allclose(r[3], math.exp(-(m - 1) / 2), rtol=1e-4)
+    inliers = np.delete(np.asarray(r), 3)
+    np.testing.assert_allclose(inliers, math.exp(-1 / (2 * (m - 1))), rtol=1e-5)
+    # identical losses: every reward ~1 despite float32 rounding of the mean (the relative floor)
+    same = F.gaussian_rewards(jnp.full((m, 7), 2.3), jnp.arange(1.0, m + 1), jnp.ones(m, bool))
+    np.testing.assert_allclose(same, 1.0, atol=1e-3)
+
+
+def test_reward_invariances_and_weighted_moments(key):
+    k1, k2 = jax.random.split(key)
+    losses = jax.random.uniform(k1, (6, 5), minval=0.5, maxval=2.5)
+    n = jax.random.randint(k2, (6,), 10, 100).astype(jnp.float32)
+    mask = jnp.ones(6, bool)
+    r = F.gaussian_rewards(losses, n, mask)
+    mu = np.average(np.asarray(losses), axis=0, weights=np.asarray(n))
+    var = np.average((np.asarray(losses) - mu) ** 2, axis=0, weights=np.asarray(n))
+    ref = np.exp(-((np.asarray(losses) - mu) ** 2) / (2 * var)).mean(1)
+    np.testing.assert_allclose(r, ref, rtol=1e-4)
+    np.testing.assert_allclose(F.gaussian_rewards(-3.0 * losses + 5.0, n, mask), r, rtol=1e-4)
+    perm = jnp.array([4, 2, 0, 5, 1, 3])
+    np.testing.assert_allclose(F.gaussian_rewards(losses[perm], n[perm], mask), r[perm], rtol=1e-6)
+    # a padding slot changes nothing for the real ones and gets reward 0
+    pad = F.gaussian_rewards(jnp.concatenate([losses, jnp.full((1, 5), 99.0)]),
+                             jnp.concatenate([n, jnp.ones(1)]),
+                             jnp.concatenate([mask, jnp.zeros(1, bool)]))  # fmt: skip
+    np.testing.assert_allclose(pad[:6], r, rtol=1e-6)
+    assert pad[6] == 0.0
+
+
+def test_interaction_update_block_and_fixed_point():
+    k, alpha = 12, 0.25
+    r0 = jnp.full((k, k), 1.0 / k**2)
+    idx = jnp.array([1, 4, 7, 9, 9])  # the last slot is padding repeating an index
+    mask = jnp.array([True, True, True, True, False])
+    rewards = jnp.array([0.9, 0.2, 0.6, 0.3, 0.0])
+    r1, sse = F.update_interaction(r0, idx, mask, rewards, alpha)
+    changed = np.asarray(r1 != r0)
+    expected = np.zeros((k, k), bool)
+    expected[np.ix_([1, 4, 7, 9], [1, 4, 7, 9])] = True
+    np.testing.assert_array_equal(changed, expected)
+    block = np.asarray(r1)[np.ix_([1, 4, 7, 9], [1, 4, 7, 9])]
+    assert np.allclose(block, block[:, :1])  # equal increments along each row from a flat start
+    np.testing.assert_allclose(sse, np.sum((block - 1.0 / k**2) ** 2), rtol=1e-5)
+    share = np.array([0.9, 0.2, 0.6, 0.3]) / 2.0
+    r = r0
+    for _ in range(20):  # constant rewards: R -> r_i / sum r geometrically with factor (1 - alpha)
+        r, _ = F.update_interaction(r, idx, mask, rewards, alpha)
+    gap0 = share[:, None] - 1.0 / k**2
+    got = np.asarray(r)[np.ix_([1, 4, 7, 9], [1, 4, 7, 9])]
+    want = np.broadcast_to(gap0 * (1 - alpha) ** 20, got.shape)
+    np.testing.assert_allclose(share[:, None] - got, want, rtol=1e-3)
+
+
+def test_convergence_trigger_round():
+    state = F.ConvergenceState.init()
+    alpha, m, eps = 0.5, 2, 1e-5
+    sses = [0.0] * 30
+    rounds = []
+    for t, sse in enumerate(sses):
+        state = F.convergence_step(state, sse, alpha, m, eps)
+        rounds.append(int(state.patience))
+    # mse = 0.5^t < 1e-5 from t = 17 (0-based round 16); patience 1, 2, ... from there
+    first = next(t for t, p in enumerate(rounds) if p == 1)
+    assert first == math.ceil(math.log(eps) / math.log(0.5)) - 1
+    assert rounds[first + 4] == 5
+    state = F.convergence_step(state, 1.0, alpha, m, eps)  # a jump resets the patience
+    assert int(state.patience) == 0
+
+
+def _affinity_loop(r, gamma):
+    m = np.asarray(r, np.float64).T
+    m = (m - m.min()) / max(m.max() - m.min(), 1e-8)
+    n = m.shape[0]
+    a = np.zeros((n, n))
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                keep = [l for l in range(n) if l not in (i, j)]
+                a[i, j] = np.exp(-gamma * np.sum((m[i, keep] - m[j, keep]) ** 2))
+    return a
+
+
+def test_affinity_equals_the_double_loop(key):
+    r = jax.random.uniform(key, (13, 13))
+    for gamma in (0.1, 4.0):
+        a = F.affinity(r, gamma)
+        np.testing.assert_allclose(a, _affinity_loop(r, gamma), atol=1e-5)
+    a = np.asarray(F.affinity(r, 0.1))
+    assert np.allclose(a, a.T, atol=1e-6) and np.all(np.diag(a) == 0)
+    off = a[~np.eye(13, dtype=bool)]
+    assert np.all((off > 0) & (off <= 1))
+    np.testing.assert_allclose(F.affinity(r, 1e-9), 1 - np.eye(13), atol=1e-6)
+
+
+def test_model_selection_finds_blocks_and_refuses_noise():
+    rng = np.random.default_rng(0)
+    truth = np.repeat([0, 1, 2], [12, 10, 8])
+    a = np.where(truth[:, None] == truth[None, :], 0.9, 0.05) + 0.02 * rng.random((30, 30))
+    a = (a + a.T) / 2
+    np.fill_diagonal(a, 0.0)
+    labels, scores = F.select_split(a, m=5, seed=0)
+    assert set(scores) == {2, 3, 4}  # n_max = min(30 // 5 + 1, 5) = 5
+    assert labels is not None and adjusted_rand_score(truth, labels) == 1.0
+    flat = np.full((30, 30), 0.5) + 0.01 * rng.random((30, 30))
+    flat = (flat + flat.T) / 2
+    np.fill_diagonal(flat, 0.0)
+    labels, scores = F.select_split(flat, m=5, seed=0)
+    assert labels is None and min(scores.values()) >= 1.0
+    labels, scores = F.select_split(a[:9, :9], m=5, seed=0)  # K_c < 2m: no candidate
+    assert labels is None and scores == {}
+
+
+# ---- rounds --------------------------------------------------------------------------------------
+
+CFG = F.LocalConfig(steps=3, batch_size=4, lr=0.1)
+
+
+def _problem(key, k=6, n=8, d=5):
+    kx, ky, kc, kp = jax.random.split(key, 4)
+    data = F.ClientData(
+        x=jax.random.normal(kx, (k, n, d)),
+        y=jax.random.randint(ky, (k, n), 0, 3),
+        count=jax.random.randint(kc, (k,), 4, n + 1),
+        noise=jnp.linspace(0.0, 1.0, k),
+    )
+    net = F.MLP(hidden=(7,), classes=3)
+    return net, net.init(kp, jnp.zeros((1, d))), data.check(CFG.batch_size)
+
+
+def test_vmapped_round_equals_a_per_client_loop(key):
+    net, params, data = _problem(key)
+    idx, mask = jnp.array([4, 1, 3, 0]), jnp.array([True, True, True, False])
+    k_round = jax.random.key(5)
+    new, local, losses = jax.jit(F.federated_round, static_argnums=(0, 6))(
+        net.apply, params, data, idx, mask, k_round, CFG
+    )
+    keys = jax.random.split(k_round, 4)
+    loop = [F.local_train(net.apply, params, data.x[i], data.y[i], data.count[i], data.noise[i],
+                          keys[s], CFG) for s, i in enumerate(idx)]  # fmt: skip
+    for s in range(4):
+        jax.tree_util.tree_map(lambda a, b, s=s: np.testing.assert_allclose(a[s], b, atol=1e-6),
+                               local, loop[s][0])  # fmt: skip
+        np.testing.assert_allclose(losses[s], loop[s][1], atol=1e-6)
+    w = np.asarray(data.count)[np.asarray(idx)[:3]].astype(float)
+    want = jax.tree_util.tree_map(lambda *a: sum(wi * ai for wi, ai in zip(w, a)) / w.sum(),
+                                  *(loop[s][0] for s in range(3)))  # fmt: skip
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), new, want)
+
+
+def test_fedavg_identities(key):
+    net, params, _ = _problem(key)
+    stack = jax.tree_util.tree_map(lambda a: jnp.stack([a, 2 * a, -a]), params)
+    w = jnp.array([1.0, 3.0, 2.0])
+    got = F.fedavg(stack, w)
+    jax.tree_util.tree_map(lambda g, a: np.testing.assert_allclose(g, a * 5 / 6, rtol=1e-6),
+                           got, params)  # fmt: skip
+    perm = jnp.array([2, 0, 1])
+    swapped = F.fedavg(jax.tree_util.tree_map(lambda a: a[perm], stack), w[perm])
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-7), got, swapped)
+    same = jax.tree_util.tree_map(lambda a: jnp.stack([a, a, a]), params)  # identical clients
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
+                           F.fedavg(same, w), params)  # fmt: skip
+    one = F.fedavg(jax.tree_util.tree_map(lambda a: a[:1], stack), jnp.ones(1))
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b), one, params)
+
+
+def test_sharded_round_equals_unsharded(mesh, key):
+    net, params, data = _problem(key)
+    idx, mask = jnp.array([5, 2, 0, 3]), jnp.ones(4, bool)
+    run = jax.jit(F.federated_round, static_argnums=(0, 6, 7))
+    a = run(net.apply, params, data, idx, mask, jax.random.key(1), CFG, None)
+    b = run(net.apply, params, data, idx, mask, jax.random.key(1), CFG, mesh)
+    jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-6), a, b)
+    assert len(b[2].sharding.device_set) == 4
+
+
+def test_sampling_and_data_errors(key):
+    members = jnp.zeros(20, bool).at[jnp.array([2, 5, 11, 17])].set(True)
+    idx, mask = F.sample_clients(key, members, 6)
+    real = np.asarray(idx)[np.asarray(mask)]
+    assert sorted(real) == [2, 5, 11, 17] and mask.sum() == 4
+    idx, mask = F.sample_clients(key, jnp.ones(20, bool), 6)
+    assert mask.all() and len(set(np.asarray(idx))) == 6
+    _, _, data = _problem(key)
+    with pytest.raises(ValueError, match="no data"):
+        data.replace(count=data.count.at[2].set(0)).check(4)
+    with pytest.raises(ValueError, match="batch_size"):
+        data.check(20)
+    with pytest.raises(ValueError, match="steps"):
+        F.LocalConfig(steps=0)
