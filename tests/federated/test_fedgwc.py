@@ -73,7 +73,7 @@ def test_convergence_trigger_round():
     alpha, m, eps = 0.5, 2, 1e-5
     sses = [0.0] * 30
     rounds = []
-    for t, sse in enumerate(sses):
+    for sse in sses:
         state = F.convergence_step(state, sse, alpha, m, eps)
         rounds.append(int(state.patience))
     # mse = 0.5^t < 1e-5 from t = 17 (0-based round 16); patience 1, 2, ... from there
@@ -92,7 +92,7 @@ def _affinity_loop(r, gamma):
     for i in range(n):
         for j in range(n):
             if i != j:
-                keep = [l for l in range(n) if l not in (i, j)]
+                keep = [c for c in range(n) if c not in (i, j)]
                 a[i, j] = np.exp(-gamma * np.sum((m[i, keep] - m[j, keep]) ** 2))
     return a
 
@@ -159,8 +159,11 @@ def test_vmapped_round_equals_a_per_client_loop(key):
                                local, loop[s][0])  # fmt: skip
         np.testing.assert_allclose(losses[s], loop[s][1], atol=1e-6)
     w = np.asarray(data.count)[np.asarray(idx)[:3]].astype(float)
-    want = jax.tree_util.tree_map(lambda *a: sum(wi * ai for wi, ai in zip(w, a)) / w.sum(),
-                                  *(loop[s][0] for s in range(3)))  # fmt: skip
+
+    def weighted(*a):
+        return sum(wi * ai for wi, ai in zip(w, a, strict=True)) / w.sum()
+
+    want = jax.tree_util.tree_map(weighted, *(loop[s][0] for s in range(3)))
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), new, want)
 
 
