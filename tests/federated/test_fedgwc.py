@@ -208,3 +208,68 @@ def test_sampling_and_data_errors(key):
         data.check(20)
     with pytest.raises(ValueError, match="steps"):
         F.LocalConfig(steps=0)
+
+
+# ---- FedGWC state ----------------------------------------------------------------------------
+
+
+def _gwc_problem(key, k=20):
+    net, params, data = _problem(key, k=k)
+    cfg = F.FedGWCConfig(participation=0.2, local=CFG, eps=1.0, max_clusters=4)
+    return net, params, data, cfg
+
+
+def test_rounds_stop_at_the_trigger_and_count_updates(key):
+    net, params, data, cfg = _gwc_problem(key)
+    state = F.init(params, 20, cfg)
+    assert int(state.target[0]) == 5 and bool(state.splittable[0])  # m = 4
+    run = jax.jit(F.run_rounds, static_argnums=(2, 3, 5))
+    # eps = 1: mse = 0.8 + ... < 1 after the first round, so patience reaches 5 at round 5
+    state, losses = run(state, jax.random.key(0), 50, net.apply, data, cfg)
+    assert int(state.rounds) == 5 and int(state.client_updates) == 20
+    assert np.all(np.isfinite(losses[:5])) and np.all(np.isnan(losses[5:]))
+    assert bool(F.triggered(state)[0])
+    # only pairs sampled together changed; the diagonal of R moved for every sampled client
+    assert np.sum(np.asarray(state.r) != 1.0 / 400) > 0
+    inactive = jax.tree_util.tree_map(lambda a: a[1:], state.params)
+    first = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (3,) + a.shape), params)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), inactive, first)
+
+
+def test_split_children_inherit_parameters_and_blocks(key):
+    net, params, data, cfg = _gwc_problem(key)
+    state = F.init(params, 20, cfg)
+    state, _ = jax.jit(F.round_step, static_argnums=(2, 4))(state, key, net.apply, data, cfg)
+    truth = np.array([0] * 12 + [1] * 8)
+    rng = np.random.default_rng(0)
+    # an interaction matrix whose transpose has two clear row groups
+    r = np.where(truth[None, :] == 0, 0.9, 0.1) + 0.01 * rng.random((20, 20))
+    state = state.replace(r=jnp.asarray(r, jnp.float32),
+                          conv=F.ConvergenceState(state.conv.mse, state.target))  # fmt: skip
+    before = state
+    state, records = F.try_split(state, cfg)
+    assert records[0]["split_sizes"] and sorted(records[0]["split_sizes"]) == [8, 12]
+    labels = np.asarray(state.labels)
+    assert adjusted_rand_score(truth, labels) == 1.0
+    assert set(labels) == set(np.flatnonzero(np.asarray(state.active)))  # one cluster each
+    for slot in set(labels):
+        jax.tree_util.tree_map(
+            lambda a, b, s=slot: np.testing.assert_array_equal(a[s], b[0]),
+            state.params,
+            before.params,
+        )
+        size = int(np.sum(labels == slot))
+        assert int(state.target[slot]) == round(size / 4) and bool(state.splittable[slot])
+        assert float(state.conv.mse[slot]) == 1.0 and int(state.conv.patience[slot]) == 0
+    np.testing.assert_array_equal(state.r, before.r)  # children read their sub-blocks of R
+    # a flat block does not split: the wait restarts
+    flat = before.replace(r=jnp.full((20, 20), 0.5) + 0.001 * jnp.asarray(rng.random((20, 20))))
+    state, records = F.try_split(flat, cfg)
+    assert records[0]["split_sizes"] == [] and int(state.active.sum()) == 1
+    assert float(state.conv.mse[0]) == 1.0 and int(state.conv.patience[0]) == 0
+
+
+def test_config_errors():
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match="participation"):
+            F.FedGWCConfig(participation=bad)
