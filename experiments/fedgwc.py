@@ -31,9 +31,7 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-from sklearn.datasets import load_digits
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
-from sklearn.model_selection import train_test_split
 
 from experiments import _common
 from jaxlab.federated import fedgwc as F
@@ -96,10 +94,7 @@ PRESETS = {
 
 
 def _pools():
-    data = load_digits()
-    x = data.data.astype(np.float32) / 16.0
-    x_tr, x_te, y_tr, y_te = train_test_split(x, data.target, test_size=360, random_state=0,
-                                              stratify=data.target)  # fmt: skip
+    x_tr, x_te, y_tr, y_te = _common.digits_split()
     mean, sd = x_tr.mean(0), x_tr.std(0) + 1e-6
     return (x_tr - mean) / sd, y_tr, (x_te - mean) / sd, y_te
 
@@ -135,10 +130,11 @@ def client_data(name: str, config: Config, rng: np.random.Generator, pools):
     groups, noise, allowed, perms = scenario(name, config, rng)
 
     def draw(x, y, n):
+        by_class = [np.flatnonzero(y == c) for c in range(10)]
         xs, ys = [], []
         for a, p in zip(allowed, perms, strict=True):
             cls = rng.choice(a, n)
-            idx = np.array([rng.choice(np.flatnonzero(y == c)) for c in cls])
+            idx = np.array([rng.choice(by_class[c]) for c in cls])
             xs.append(x[idx])
             ys.append(p[y[idx]])
         return np.stack(xs), np.stack(ys)

@@ -45,8 +45,6 @@ import optax
 from flax import struct
 from jax.scipy.special import betainc, ndtr
 from scipy import stats
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from experiments import _common
 from jaxlab.federated import robust_dkw as R
@@ -130,6 +128,11 @@ def _chunked(fn, keys: jax.Array, chunk: int, *args):
     return jax.tree_util.tree_map(lambda *a: np.concatenate([np.asarray(x) for x in a]), *outs)
 
 
+def _covers(bound: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Per replicate: ``bound [..., L] >= target [L]`` at every threshold (1e-9 float slack)."""
+    return np.all(bound >= target - 1e-9, axis=-1)
+
+
 # ---- E1: same-network coverage -------------------------------------------------------------------
 
 
@@ -163,8 +166,7 @@ def run_e1(config: Config, key) -> dict:
         widths[_cell(k, n)] = {"eps_K": float(eps_k[0]), "t": float(t)}
     k, n = config.e1_control
     keys = jax.random.split(jax.random.fold_in(key, 99), config.e1_replicates)
-    with_t, control, _, _ = _chunked(lambda ks: _e1_covered(ks, k, n, config.e1_points), keys,
-                                     config.chunk)  # fmt: skip
+    with_t, control, _, _ = _chunked(_e1_covered, keys, config.chunk, k, n, config.e1_points)
     return {
         "coverage": cov,
         "half_widths": widths,
@@ -228,7 +230,7 @@ def _e2_bounds(keys, lam, eps_grid, k: int, n: int):
                                                                divergence=d))(eps_grid)
             for div in R.DIVERGENCES
         }  # fmt: skip
-        p_hat = (k - R.count_below(r_hat, lam, strict=True)) / k
+        p_hat = R.tail_fraction(r_hat, lam)
         for div in R.DIVERGENCES:
             plug = lambda e, d=div: R.population_worst_tail(p_hat, e, d)  # noqa: E731
             out["plugin_" + div] = jax.vmap(plug)(eps_grid)
@@ -263,12 +265,12 @@ def run_e2(config: Config, key) -> dict:
             cells = {}
             for j, e in enumerate(eps_grid):
                 for name, tgt in targets[div][float(e)].items():
-                    ok = np.all(bounds[div][:, j, :] >= tgt[None, :] - 1e-9, axis=-1)
+                    ok = _covers(bounds[div][:, j, :], tgt)
                     cells[f"eps={e:g},{name}"] = float(ok.mean())
             coverage[div][_cell(k, n)] = min(cells.values())
             detail[f"{div},{_cell(k, n)}"] = cells
             plug = [
-                np.all(bounds["plugin_" + div][:, j, :] >= tgt[None, :] - 1e-9, axis=-1).mean()
+                _covers(bounds["plugin_" + div][:, j, :], tgt).mean()
                 for j, e in enumerate(eps_grid)
                 for tgt in targets[div][float(e)].values()
             ]
@@ -365,7 +367,7 @@ def run_e3(config: Config, key) -> dict:
             t_avg = max(a_only, b_only)
             t_tail = np.maximum(ref["tail_a"][j], ref["tail_b"][j])
             a_ok = avg[:, j] >= t_avg
-            tl_ok = np.all(tail[:, j, :] >= t_tail[None, :] - 1e-9, axis=-1)
+            tl_ok = _covers(tail[:, j, :], t_tail)
             avg_ok.append(a_ok.mean())
             plugin_ok.append((plugin[:, j] >= a_only).mean())
             tail_ok.append(tl_ok.mean())
@@ -422,7 +424,7 @@ def _e3_targets(weights, bias, k_ref, k_shift, dense, lam, eps, dim, spread, cli
         tail_a = jax.vmap(lambda c: R.knapsack_fraction(c, e))(costs)
         moved, _ = gaussian_client_risks(_margin_means(weights, bias, means + jnp.sqrt(e / dim) *
                                                        noise), dense[:1])  # fmt: skip
-        tail_b = (moved[None, :] >= lam[:, None]).mean(1)
+        tail_b = R.tail_fraction(moved, lam)
         return {"avg_a": avg_a, "tail_a": tail_a, "avg_b": moved.mean(), "tail_b": tail_b}
 
     return jax.lax.map(per_eps, eps)
@@ -450,12 +452,16 @@ class DigitsModel:
     mean: jax.Array  # [64] training pixel means
     sd: jax.Array  # [64] training pixel SDs, floored at 0.1
 
-    def predict(self, img: jax.Array) -> jax.Array:
-        """Labels ``[...]`` of images ``[..., 8, 8]`` with pixels in ``[0, 1]``."""
+    def logits(self, img: jax.Array) -> jax.Array:
+        """Class scores ``[..., 10]`` of images ``[..., 8, 8]`` with pixels in ``[0, 1]``."""
         lead = (1,) * (img.ndim - 2)
         flat = img.reshape(img.shape[:-2] + (64,))
         f = (flat - self.mean.reshape(lead + (64,))) / self.sd.reshape(lead + (64,))
-        return jnp.argmax(f @ self.w + self.b.reshape(lead + (10,)), -1)
+        return f @ self.w + self.b.reshape(lead + (10,))
+
+    def predict(self, img: jax.Array) -> jax.Array:
+        """Labels ``[...]`` of images ``[..., 8, 8]``."""
+        return jnp.argmax(self.logits(img), -1)
 
 
 def digits_model(steps: int):
@@ -465,22 +471,17 @@ def digits_model(steps: int):
     floored at 0.1 (border pixels are constant in training; a client's shift would otherwise
     blow them up).
     """
-    data = load_digits()
-    x = data.images.astype(np.float32) / 16.0
-    x_tr, x_te, y_tr, y_te = train_test_split(x, data.target, test_size=360, random_state=0,
-                                              stratify=data.target)  # fmt: skip
-    flat = x_tr.reshape(len(x_tr), -1)
+    flat, x_te, y_tr, y_te = _common.digits_split()
+    x_tr, x_te = flat.reshape(-1, 8, 8), x_te.reshape(-1, 8, 8)
     init = DigitsModel(jnp.zeros((64, 10)), jnp.zeros((10,)), jnp.asarray(flat.mean(0)),
                        jnp.asarray(np.maximum(flat.std(0), 0.1)))  # fmt: skip
     opt = optax.adam(0.05)
     xs, ys = jnp.asarray(x_tr), jnp.asarray(y_tr)
 
     def loss(wb):
-        m = init.replace(w=wb[0], b=wb[1])
-        f = (xs.reshape(-1, 64) - m.mean[None, :]) / m.sd[None, :]
-        logits = f @ m.w + m.b[None, :]
+        logits = init.replace(w=wb[0], b=wb[1]).logits(xs)
         ce = optax.softmax_cross_entropy_with_integer_labels(logits, ys).mean()
-        return ce + 1e-3 * jnp.sum(m.w**2)
+        return ce + 1e-3 * jnp.sum(wb[0] ** 2)
 
     @jax.jit
     def fit(wb):
@@ -577,7 +578,7 @@ def run_e4(config: Config, key) -> dict:
         unseen_ok.append(bool(np.all((lo <= ref_cdf) & (ref_cdf <= hi))))
         for i, a in enumerate(config.e4_alphas):
             bound = bounds[i]
-            shift_ok[a].append(bool(np.all(bound >= tgt_tail[a] - 1e-9)))
+            shift_ok[a].append(bool(_covers(bound, tgt_tail[a])))
             if r < 10:  # the histogram estimate on a same-size target network
                 kt = jax.random.fold_in(jax.random.fold_in(kr, 2), i)
                 t_true = digits_clients(kt, model, x_pool, y_pool, seen_k, a)

@@ -38,6 +38,7 @@ def test_bucket_counts_equal_brute_force_with_ties():
     for strict in (False, True):
         brute = (r[None, :] < x[:, None]) if strict else (r[None, :] <= x[:, None])
         np.testing.assert_array_equal(R.count_below(r, x, strict=strict), brute.sum(-1))
+    np.testing.assert_array_equal(R.tail_fraction(r, x), (r[None, :] >= x[:, None]).mean(-1))
 
 
 def test_quantile_and_average_intervals():

@@ -27,6 +27,7 @@ from jaxlab.federated.robust_dkw.dkw import (
     ecdf,
     hoeffding_shift,
     quantile_interval,
+    tail_fraction,
 )
 from jaxlab.federated.robust_dkw.fdiv import (
     DIVERGENCES,
@@ -75,6 +76,7 @@ __all__ = [
     "population_worst_tail",
     "quantile_interval",
     "robust_tail_bound",
+    "tail_fraction",
     "transport_costs",
     "two_level_weights",
     "wasserstein_average_bound",

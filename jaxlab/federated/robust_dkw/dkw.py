@@ -39,6 +39,7 @@ __all__ = [
     "ecdf",
     "hoeffding_shift",
     "quantile_interval",
+    "tail_fraction",
 ]
 
 
@@ -122,6 +123,12 @@ def count_below(r: jax.Array, x: jax.Array, *, strict: bool = False) -> jax.Arra
 def ecdf(r: jax.Array, lam: jax.Array) -> jax.Array:
     """Empirical CDF ``#{k : r_k <= lam_j} / K`` of values ``r [K]`` at points ``lam [L]``."""
     return count_below(r, lam) / r.shape[-1]
+
+
+def tail_fraction(r: jax.Array, lam: jax.Array) -> jax.Array:
+    """Empirical tail ``#{k : r_k >= lam_j} / K`` of values ``r [K]`` at points ``lam [L]``."""
+    k = r.shape[-1]
+    return (k - count_below(r, lam, strict=True)) / k
 
 
 # ---- certificates --------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from jaxlab.federated.robust_dkw.dkw import (
     check_delta,
     check_losses,
     check_positive,
-    count_below,
+    tail_fraction,
 )
 
 __all__ = [
@@ -59,7 +59,7 @@ __all__ = [
 DIVERGENCES = ("kl", "chi2")
 
 
-def _FLOAT():  # noqa: N802
+def _float_dtype():
     """The default float dtype (float64 under ``jax.enable_x64``, else float32)."""
     return jnp.result_type(float)
 
@@ -91,7 +91,7 @@ def _bisect(pred, lo, hi, iters: int):
         ok = pred(mid)
         return jnp.where(ok, mid, a), jnp.where(ok, b, mid)
 
-    lo, hi = jnp.broadcast_arrays(jnp.asarray(lo, _FLOAT()), jnp.asarray(hi, _FLOAT()))
+    lo, hi = jnp.broadcast_arrays(jnp.asarray(lo, _float_dtype()), jnp.asarray(hi, _float_dtype()))
     a, _ = jax.lax.fori_loop(0, iters, body, (lo, hi))
     return jnp.where(pred(hi), hi, a)
 
@@ -106,7 +106,7 @@ def divergence_constants(eps, delta, divergence: str, iters: int = 100):
     a root just above 1 instead of the official bracket's failure.
     """
     _check_divergence(divergence)
-    y = jnp.asarray(eps, _FLOAT()) / delta
+    y = jnp.asarray(eps, _float_dtype()) / delta
     if divergence == "chi2":
         lam = 1.0 + jnp.sqrt(y)
         return lam, lam - 1.0, f_div(lam, "chi2") / 2.0
@@ -133,7 +133,7 @@ def two_level_weights(p, budget, tau1, lam_max, divergence: str, iters: int = 60
     f = lambda t: f_div(t, divergence)  # noqa: E731
     t_f = _argmin_f(divergence)
     p, budget, tau1, lam_max = jnp.broadcast_arrays(
-        *(jnp.asarray(v, _FLOAT()) for v in (p, budget, tau1, lam_max))
+        *(jnp.asarray(v, _float_dtype()) for v in (p, budget, tau1, lam_max))
     )
     full = p >= 1.0
     p_pos = jnp.where(p > 0.0, p, 1.0)
@@ -173,7 +173,7 @@ def kl_bernoulli(q, p) -> jax.Array:
 def kl_worst_tail(p, eps, iters: int = 100) -> jax.Array:
     """Closed form of the KL worst-case tail: the ``q in [p, 1]`` with ``kl(q || p) = eps``
     (``1`` when ``kl(1 || p) = -log p <= eps``), by bisection of the increasing ``kl(. || p)``."""
-    p, eps = jnp.broadcast_arrays(jnp.asarray(p, _FLOAT()), jnp.asarray(eps, _FLOAT()))
+    p, eps = jnp.broadcast_arrays(jnp.asarray(p, _float_dtype()), jnp.asarray(eps, _float_dtype()))
     return _bisect(lambda q: kl_bernoulli(q, p) <= eps, p, jnp.ones_like(p), iters)
 
 
@@ -215,7 +215,7 @@ def _tail_bound(r_hat, lam, eps, n, delta, divergence: str, iters: int):
     t = jnp.sqrt(jnp.log((k + 2.0) / delta) / (2.0 * n))
     s_k = jnp.sqrt(jnp.log(k / delta) / k)
     lam_max, c1, c2 = divergence_constants(eps, delta, divergence)
-    p = (k - count_below(r_hat, lam - t, strict=True)) / k  # #{R_hat >= lam - t} / K
+    p = tail_fraction(r_hat, lam - t)  # #{R_hat >= lam - t} / K
     a, _ = two_level_weights(p, eps + c2 * s_k, c1 * s_k, lam_max, divergence, iters)
     v = jnp.where(p > 0.0, p * a, 0.0)
     return jnp.minimum(1.0, v + s_k)
