@@ -1,29 +1,47 @@
 """FedGWC: interaction-aware Gaussian weighting for clustered federated learning (ICML 2025).
 
 Licciardi, Leo, Fani, Caputo, Ciccone, "Interaction-Aware Gaussian Weighting for Clustered
-Federated Learning" (spec ``papers/fedgwc.md``). Work in progress (issue 10): this package holds the
-federated round, the server-side signal, the clustering step and the multi-cluster FedGWC state
-with its early-stopping round loop; the baselines (IFCA, CFL, Local, Oracle), the experiment and
-the benchmark follow.
+Federated Learning" (spec ``papers/fedgwc.md``): the federated round, the server-side signal, the
+clustering step, the multi-cluster FedGWC state with its early-stopping round loop, and the
+baselines on the same machinery.
 
 - :mod:`.rounds`: client sampling (Gumbel-top-k among members), local SGD (``vmap`` over client
   slots of a ``lax.scan`` over steps, per-step losses recorded), FedAvg, one round;
 - :mod:`.interaction`: Gaussian rewards from loss trajectories, the interaction-matrix EMA and the
   convergence statistic;
 - :mod:`.fedgwc`: the static-shape state (cluster slots, stacked models, one interaction matrix),
-  one round over all clusters, ``run_rounds`` (a ``while_loop`` that stops at a clustering
+  one round over all clusters, ``run_rounds`` (a ``lax.scan`` that stops at a clustering
   trigger) and the host's ``try_split``;
 - :mod:`.clustering`: the affinity (vectorised exclusion formula) and the official model selection
-  (spectral embedding + ``cluster_qr`` spectral clustering, Davies-Bouldin < 1 gate).
+  (spectral embedding + ``cluster_qr`` spectral clustering, Davies-Bouldin < 1 gate);
+- :mod:`.baselines`: FedAvg and Oracle (fixed clusterings), IFCA, CFL and Local;
+- :mod:`.cohesion`: ``class_cohesion_scores``, a labelled stand-in for the paper's Wasserstein
+  Adjusted Score (not in the official code).
 """
 
+from jaxlab.federated.fedgwc.baselines import (
+    CFLConfig,
+    IFCAState,
+    cfl_check,
+    cfl_split,
+    client_updates,
+    fixed_clusters,
+    ifca_assign,
+    ifca_init,
+    ifca_losses,
+    ifca_round,
+    ifca_run,
+    local_only,
+)
 from jaxlab.federated.fedgwc.clustering import affinity, select_split
+from jaxlab.federated.fedgwc.cohesion import class_cohesion_scores, tv_distances
 from jaxlab.federated.fedgwc.fedgwc import (
     FedGWCConfig,
     FedGWCState,
     init,
     round_step,
     run_rounds,
+    split_cluster,
     triggered,
     try_split,
 )
@@ -44,6 +62,8 @@ from jaxlab.federated.fedgwc.rounds import (
 )
 
 __all__ = [
+    "CFLConfig",
+    "IFCAState",
     "MLP",
     "ClientData",
     "ConvergenceState",
@@ -51,6 +71,17 @@ __all__ = [
     "FedGWCState",
     "LocalConfig",
     "affinity",
+    "cfl_check",
+    "cfl_split",
+    "class_cohesion_scores",
+    "client_updates",
+    "fixed_clusters",
+    "ifca_assign",
+    "ifca_init",
+    "ifca_losses",
+    "ifca_round",
+    "ifca_run",
+    "local_only",
     "convergence_step",
     "fedavg",
     "federated_round",
@@ -61,7 +92,9 @@ __all__ = [
     "round_step",
     "run_rounds",
     "select_split",
+    "split_cluster",
     "triggered",
     "try_split",
+    "tv_distances",
     "update_interaction",
 ]

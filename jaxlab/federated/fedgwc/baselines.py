@@ -1,0 +1,280 @@
+"""FedGWC's baselines on the same round machinery (spec section 2.10): FedAvg and Oracle as fixed
+clusterings of the FedGWC state, IFCA, CFL and Local.
+
+- **FedAvg** / **Oracle**: :func:`fixed_clusters` builds a :class:`~.fedgwc.FedGWCState` whose
+  clusters are given (one cluster: FedAvg; the true groups: Oracle) and never split; the FedGWC
+  round then samples ``m`` clients per cluster and averages inside each (no interaction signal is
+  computed for unsplittable clusters).
+- **IFCA** (Ghosh et al. 2020): ``k`` models from different random initialisations. Each sampled
+  client evaluates every model on its whole training set, trains the one with the smallest loss for
+  ``T`` steps, and the server averages, per model, the clients that chose it (a model nobody chose
+  is unchanged). Clients are assigned by the same argmin at evaluation time.
+- **CFL** (Sattler et al. 2021): clusters train like FedAvg (``m`` sampled members per cluster
+  per round); every ``check_every`` rounds every member of every cluster computes its update
+  ``dtheta_i`` from the cluster model (full participation for the test). A cluster of more than
+  ``min_size`` clients is bipartitioned when ``||mean_i dtheta_i|| < eps1`` (near a stationary
+  point of the cluster's objective) while ``max_i ||dtheta_i|| > eps2`` (some client is not), by
+  complete-linkage clustering on the cosine similarities of the updates; children warm-start from
+  the parent (:func:`~.fedgwc.split_cluster`) and may split again.
+- **Local**: every client trains its own model alone for as many SGD steps as it takes part in on
+  average under FedAvg (``rounds * m / K * T``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import struct
+from jax.sharding import Mesh
+from sklearn.cluster import AgglomerativeClustering
+
+from jaxlab.core import sharding
+from jaxlab.federated.fedgwc.fedgwc import FedGWCConfig, FedGWCState, init, split_cluster
+from jaxlab.federated.fedgwc.rounds import ClientData, LocalConfig, fedavg, local_train
+from jaxlab.federated.fedgwc.rounds import sample_clients as _sample
+
+__all__ = [
+    "CFLConfig",
+    "IFCAState",
+    "cfl_check",
+    "cfl_split",
+    "client_updates",
+    "fixed_clusters",
+    "ifca_assign",
+    "ifca_init",
+    "ifca_losses",
+    "ifca_round",
+    "ifca_run",
+    "local_only",
+]
+
+
+def fixed_clusters(params, labels, config: FedGWCConfig) -> FedGWCState:
+    """A FedGWC state with the given clusters that never split (FedAvg: all zeros; Oracle: the
+    true groups). ``labels [K]`` must use the slots ``0..n-1`` with ``n <= config.max_clusters``;
+    every cluster starts from ``params``."""
+    labels = np.asarray(labels)
+    n = int(labels.max()) + 1
+    if labels.min() < 0 or n > config.max_clusters or len(np.unique(labels)) != n:
+        raise ValueError(f"labels must use every slot 0..n-1 with n <= max_clusters="
+                         f"{config.max_clusters}; got values {np.unique(labels)}.")  # fmt: skip
+    state = init(params, labels.shape[0], config)
+    slots = np.arange(config.max_clusters)
+    return state.replace(
+        labels=jnp.asarray(labels, jnp.int32),
+        active=jnp.asarray(slots < n),
+        splittable=jnp.zeros((config.max_clusters,), bool),
+    )
+
+
+# ---- IFCA ----------------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class IFCAState:
+    params: object  # pytree with leaves [k, ...]
+    rounds: jax.Array
+    client_updates: jax.Array
+
+
+def ifca_init(apply_init: Callable, key: jax.Array, k: int) -> IFCAState:
+    """``k`` models from ``apply_init(key_j)`` with independent keys (IFCA's random inits)."""
+    if k < 1:
+        raise ValueError(f"IFCA needs k >= 1 models, got k={k}.")
+    params = jax.vmap(apply_init)(jax.random.split(key, k))
+    return IFCAState(params, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+
+
+def ifca_losses(apply_fn: Callable, params, x, y, count, noise, key) -> jax.Array:
+    """Mean training loss of one client under each of the ``k`` models: ``[k]``.
+
+    ``x [n_max, d]``, ``y [n_max]``; only the first ``count`` rows count; noisy clients see fresh
+    input noise (one draw shared by the models, so the comparison is paired).
+    """
+    xn = x + noise * jax.random.normal(key, x.shape)
+    valid = jnp.arange(y.shape[0]) < count
+
+    def one(p):
+        ce = optax.softmax_cross_entropy_with_integer_labels(apply_fn(p, xn), y)
+        return jnp.sum(jnp.where(valid, ce, 0.0)) / count
+
+    return jax.vmap(one)(params)
+
+
+def ifca_round(
+    state: IFCAState,
+    key: jax.Array,
+    apply_fn: Callable,
+    data: ClientData,
+    m: int,
+    local: LocalConfig,
+    mesh: Mesh | None = None,
+) -> tuple[IFCAState, jax.Array]:
+    """One IFCA round (module docstring); returns ``(state, choices [m])``. The client-slot axis is
+    sharded over ``mesh``'s ``"data"`` axis when given."""
+    k_sample, k_eval, k_train = jax.random.split(key, 3)
+    idx, _ = _sample(k_sample, jnp.ones(data.count.shape, bool), m)
+    x, y, count, noise = sharding.constrain_batch(
+        (data.x[idx], data.y[idx], data.count[idx], data.noise[idx]), mesh
+    )
+    eval_keys = jax.random.split(k_eval, m)
+    losses = jax.vmap(ifca_losses, in_axes=(None, None, 0, 0, 0, 0, 0))(
+        apply_fn, state.params, x, y, count, noise, eval_keys
+    )
+    choice = jnp.argmin(losses, axis=1)  # [m]
+    start = jax.tree_util.tree_map(lambda a: a[choice], state.params)
+    train = jax.vmap(local_train, in_axes=(None, 0, 0, 0, 0, 0, 0, None))
+    trained, _ = train(apply_fn, start, x, y, count, noise, jax.random.split(k_train, m), local)
+    n_models = jax.tree_util.tree_leaves(state.params)[0].shape[0]
+
+    def per_model(j, old):
+        w = jnp.where(choice == j, count, 0).astype(jnp.float32)
+        chosen = jnp.sum(w) > 0
+        new = fedavg(trained, jnp.where(chosen, w, 1.0))
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(chosen, a, b), new, old)
+
+    params = jax.vmap(per_model)(jnp.arange(n_models), state.params)
+    new_state = IFCAState(params, state.rounds + 1, state.client_updates + m)
+    return new_state, choice
+
+
+def ifca_run(
+    state: IFCAState,
+    key: jax.Array,
+    rounds: int,
+    apply_fn: Callable,
+    data: ClientData,
+    m: int,
+    local: LocalConfig,
+    mesh: Mesh | None = None,
+) -> IFCAState:
+    """``rounds`` IFCA rounds in one ``lax.scan``; round ``i`` uses ``fold_in(key, rounds)``."""
+
+    def body(s, _):
+        s, _ = ifca_round(s, jax.random.fold_in(key, s.rounds), apply_fn, data, m, local, mesh)
+        return s, None
+
+    return jax.lax.scan(body, state, None, length=rounds)[0]
+
+
+def ifca_assign(apply_fn: Callable, params, data: ClientData, key: jax.Array) -> jax.Array:
+    """Each client's model under IFCA: ``argmin_j`` of its training loss, ``[K]``."""
+    keys = jax.random.split(key, data.count.shape[0])
+    losses = jax.vmap(ifca_losses, in_axes=(None, None, 0, 0, 0, 0, 0))(
+        apply_fn, params, data.x, data.y, data.count, data.noise, keys
+    )
+    return jnp.argmin(losses, axis=1)
+
+
+# ---- CFL -----------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CFLConfig:
+    """CFL's split criterion: ``||mean update|| < eps1`` and ``max ||update|| > eps2``, tested
+    every ``check_every`` rounds after ``warmup`` rounds, on clusters of more than ``min_size``
+    clients."""
+
+    eps1: float
+    eps2: float
+    check_every: int = 100
+    warmup: int = 500
+    min_size: int = 2
+
+    def __post_init__(self):
+        if self.eps1 <= 0 or self.eps2 <= 0:
+            raise ValueError(f"CFLConfig needs eps1 > 0 and eps2 > 0, got {self}.")
+        if self.check_every < 1 or self.warmup < 0 or self.min_size < 2:
+            raise ValueError(f"CFLConfig needs check_every >= 1, warmup >= 0, min_size >= 2: "
+                             f"{self}.")  # fmt: skip
+
+
+def client_updates(
+    apply_fn: Callable,
+    state: FedGWCState,
+    data: ClientData,
+    key: jax.Array,
+    local: LocalConfig,
+    mesh: Mesh | None = None,
+) -> jax.Array:
+    """Every client's flattened local update from its own cluster's model: ``[K, P]``
+    (``theta_k^{after T steps} - theta_{c(k)}``; the client axis sharded over ``mesh``)."""
+    start = jax.tree_util.tree_map(lambda a: a[state.labels], state.params)
+    x, y, count, noise = sharding.constrain_batch((data.x, data.y, data.count, data.noise), mesh)
+    keys = jax.random.split(key, data.count.shape[0])
+    train = jax.vmap(local_train, in_axes=(None, 0, 0, 0, 0, 0, 0, None))
+    trained, _ = train(apply_fn, start, x, y, count, noise, keys, local)
+    delta = jax.tree_util.tree_map(lambda a, b: (a - b).reshape(a.shape[0], -1), trained, start)
+    return jnp.concatenate(jax.tree_util.tree_leaves(delta), axis=1)
+
+
+def cfl_check(
+    updates: np.ndarray, labels: np.ndarray, active: np.ndarray, config: CFLConfig
+) -> tuple[list[tuple[int, np.ndarray]], dict]:
+    """CFL's criterion on every active cluster (host).
+
+    Args:
+      updates: ``[K, P]`` client updates (:func:`client_updates`); labels: ``[K]`` cluster slots;
+      active: ``[C_max]`` bool.
+
+    Returns:
+      ``(splits, norms)``: ``splits`` lists ``(cluster, children [K_c] in {0, 1})`` for the clusters
+      that meet the criterion (bipartition by complete linkage on ``1 - cosine similarity``);
+      ``norms[c] = (||mean update||, max ||update||)`` for every active cluster.
+    """
+    updates = np.asarray(updates, np.float64)
+    splits, norms = [], {}
+    for c in np.flatnonzero(active):
+        u = updates[labels == c]
+        mean_norm = float(np.linalg.norm(u.mean(0)))
+        max_norm = float(np.linalg.norm(u, axis=1).max())
+        norms[int(c)] = (mean_norm, max_norm)
+        if len(u) <= config.min_size or mean_norm >= config.eps1 or max_norm <= config.eps2:
+            continue
+        unit = u / np.maximum(np.linalg.norm(u, axis=1, keepdims=True), 1e-12)
+        dist = np.clip(1.0 - unit @ unit.T, 0.0, 2.0)
+        children = AgglomerativeClustering(n_clusters=2, metric="precomputed",
+                                           linkage="complete").fit_predict(dist)  # fmt: skip
+        splits.append((int(c), children))
+    return splits, norms
+
+
+# ---- Local ---------------------------------------------------------------------------------------
+
+
+def local_only(
+    apply_fn: Callable,
+    params,
+    data: ClientData,
+    key: jax.Array,
+    steps: int,
+    local: LocalConfig,
+    mesh: Mesh | None = None,
+):
+    """Every client trains its own copy of ``params`` alone for ``steps`` SGD steps (``local``'s
+    batch size, lr and weight decay). Returns the stacked client models ``[K, ...]``."""
+    if steps < 1:
+        raise ValueError(f"local_only needs steps >= 1, got {steps}.")
+    cfg = dataclasses.replace(local, steps=steps)
+    x, y, count, noise = sharding.constrain_batch((data.x, data.y, data.count, data.noise), mesh)
+    keys = jax.random.split(key, data.count.shape[0])
+    train = jax.vmap(local_train, in_axes=(None, None, 0, 0, 0, 0, 0, None))
+    return train(apply_fn, params, x, y, count, noise, keys, cfg)[0]
+
+
+def cfl_split(
+    state: FedGWCState, splits: list[tuple[int, np.ndarray]], config: FedGWCConfig
+) -> tuple[FedGWCState, list[list[int]]]:
+    """Apply :func:`cfl_check`'s bipartitions with :func:`~.fedgwc.split_cluster` (warm start);
+    returns the state and the child sizes per split (empty when no slot was free). CFL computes no
+    interaction signal, so every cluster stays unsplittable in FedGWC's sense."""
+    sizes = []
+    for c, children in splits:
+        state, s = split_cluster(state, c, children, config)
+        sizes.append(s)
+    return state.replace(splittable=jnp.zeros_like(state.splittable)), sizes
