@@ -198,11 +198,13 @@ def run_rounds(
     config: FedGWCConfig,
     mesh: Mesh | None = None,
     slots: int | None = None,
+    until: jax.Array | int | None = None,
 ) -> tuple[FedGWCState, jax.Array]:
     """Up to ``max_rounds`` rounds in one ``lax.scan``; once :func:`triggered` is true for some
     cluster the remaining iterations are skipped (``lax.cond``), so the host can cluster at exactly
     the official round. Round ``i`` uses ``fold_in(key, rounds)``; ``slots`` as in
-    :func:`round_step`.
+    :func:`round_step`. ``until`` (traced, optional) also skips every round once ``state.rounds``
+    reaches it, so one compiled chunk length serves any round budget.
 
     Returns ``(state, losses [max_rounds])`` (mean local loss per round run; NaN after a stop).
     (A scan with a skip branch, not a ``while_loop``: on XLA:CPU the while loop ran the same
@@ -217,7 +219,10 @@ def run_rounds(
         def stop(s):
             return s, jnp.full((), jnp.nan, jnp.float32)
 
-        return jax.lax.cond(jnp.any(triggered(s)), stop, go, s)
+        done = jnp.any(triggered(s))
+        if until is not None:
+            done = done | (s.rounds >= until)
+        return jax.lax.cond(done, stop, go, s)
 
     return jax.lax.scan(body, state, None, length=max_rounds)
 

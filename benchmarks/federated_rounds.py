@@ -1,0 +1,181 @@
+"""Benchmark of FedGWC's federated round: the jitted chunk of rounds vs the official per-client
+Python structure.
+
+Work unit: one FedGWC round of one cluster of ``K = 100`` clients: ``m`` sampled clients (10 or
+40) each run ``T = 7`` SGD steps (batch 64, lr 0.05, weight decay 4e-4) of the spec's MLP
+(64-64-10) on 100 digits-shaped samples, FedAvg, Gaussian rewards and the interaction-matrix
+update with its convergence statistic. Rows, for ``m`` in ``SIZES[size]``:
+
+- ``jit chunk``: :func:`jaxlab.federated.fedgwc.run_rounds` running ``CHUNK`` rounds in one jitted
+  ``lax.scan`` (clients ``vmap``ped, steps scanned);
+- ``python loop``: the same math in the official structure (``ServerFedGWC.train``): a Python loop
+  over the sampled clients, each running a Python loop over its ``T`` steps that calls one jitted
+  SGD step (the PyTorch client's per-step call, here already compiled, which favours the
+  baseline), FedAvg over the clients' parameters, rewards in NumPy and the interaction update as
+  the official double loop over pairs; timed on ``LOOP_ROUNDS`` rounds and reported per
+  ``CHUNK`` rounds (the ``params`` say so). One round of it is first checked against the library;
+- device scaling: the client-slot axis sharded over 1, 2, 4, ... devices (``m`` a multiple).
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from benchmarks._timing import Timing, result_row, time_call
+from jaxlab.core import sharding
+from jaxlab.federated import fedgwc as F
+
+NAME = "federated_rounds"
+DESCRIPTION = "FedGWC rounds (m clients x 7 SGD steps + rewards + R update): jit chunk vs Python per-client loop"  # noqa: E501
+SIZES = {"small": (10, 40), "large": (10, 40, 80)}
+K, N, CHUNK, LOOP_ROUNDS = 100, 100, 50, 3
+
+
+def _setup(m: int, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((K, N, 64)).astype(np.float32)
+    y = rng.integers(0, 10, (K, N))
+    noise = np.where(np.arange(K) >= 75, 1.5, 0.0).astype(np.float32)
+    data = F.ClientData(jnp.asarray(x), jnp.asarray(y), jnp.full((K,), N), jnp.asarray(noise))
+    net = F.MLP(hidden=(64,))
+    params = net.init(jax.random.key(seed), jnp.zeros((1, 64)))
+    local = F.LocalConfig(steps=7, batch_size=64, lr=0.05)
+    config = F.FedGWCConfig(participation=m / K, local=local, max_clusters=1, eps=1e-12)
+    return data, net, params, config
+
+
+def _chunk(net, config, mesh=None):
+    def run(state, key, data):
+        return F.run_rounds(state, key, CHUNK, net.apply, data, config, mesh)[0]
+
+    return jax.jit(run)
+
+
+class PythonLoop:
+    """The official server's structure around one jitted SGD step (module docstring)."""
+
+    def __init__(self, net, config: F.FedGWCConfig, data: F.ClientData):
+        self.config, self.data = config, data
+        self.x, self.y = np.asarray(data.x), np.asarray(data.y)
+        self.count, self.noise = np.asarray(data.count), np.asarray(data.noise)
+        opt = config.local.optimizer()
+        b = config.local.batch_size
+
+        def sgd_step(p, s, x, y, count, noise, key):
+            k_batch, k_noise = jax.random.split(key)
+            n_max = y.shape[0]
+            scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(k_batch, (n_max,)),
+                               2.0)  # fmt: skip
+            rows = jnp.argsort(scores)[:b]
+            xb = x[rows] + noise * jax.random.normal(k_noise, (b, x.shape[-1]))
+
+            def loss_fn(q):
+                logits = net.apply(q, xb)
+                return optax.softmax_cross_entropy_with_integer_labels(logits, y[rows]).mean()
+
+            loss, g = jax.value_and_grad(loss_fn)(p)
+            u, s = opt.update(g, s, p)
+            return optax.apply_updates(p, u), s, loss
+
+        self.step = jax.jit(sgd_step)
+        self.opt = opt
+
+    def round(self, params, r: np.ndarray, mse: float, key):
+        """One round from the jitted round's keys; returns ``(params, R, mse)``."""
+        cfg = self.config
+        m = cfg.clients_per_round(K)
+        k_sample, k_train = jax.random.split(jax.random.split(key, 1)[0])
+        idx, _ = F.sample_clients(k_sample, jnp.ones((K,), bool), m)
+        idx = [int(i) for i in np.asarray(idx)]
+        client_keys = jax.random.split(k_train, m)
+        locals_, losses = [], np.zeros((m, cfg.local.steps))
+        for s, i in enumerate(idx):  # the official per-client loop
+            p, state = params, self.opt.init(params)
+            for t, kt in enumerate(jax.random.split(client_keys[s], cfg.local.steps)):
+                p, state, loss = self.step(p, state, self.x[i], self.y[i], self.count[i],
+                                           self.noise[i], kt)  # fmt: skip
+                losses[s, t] = float(loss)
+            locals_.append(p)
+        w = self.count[idx] / self.count[idx].sum()
+
+        def mean(*leaves):
+            return sum(wi * li for wi, li in zip(w, leaves, strict=True))
+
+        params = jax.tree_util.tree_map(mean, *locals_)
+        mu = (w[:, None] * losses).sum(0)
+        var = (w[:, None] * (losses - mu) ** 2).sum(0) + 1e-12 * (1.0 + mu**2)
+        rewards = np.exp(-0.5 * (losses - mu) ** 2 / var).mean(1)
+        alpha = m / K
+        sse = 0.0
+        r = r.copy()
+        for a, i in enumerate(idx):  # the official double loop over pairs
+            w_new = alpha * rewards[a] / rewards.sum()
+            for j in idx:
+                old = r[i, j]
+                r[i, j] = (1.0 - alpha) * old + w_new
+                sse += (r[i, j] - old) ** 2
+        mse = (1.0 - alpha) * mse + alpha * sse / m**2
+        return params, r, mse
+
+
+def _check(loop: PythonLoop, net, config, data, params) -> None:
+    """One round of the loop equals one jitted round (same keys)."""
+    state = F.init(params, K, config)
+    key = jax.random.key(3)
+    new, _ = jax.jit(F.round_step, static_argnums=(2, 4))(
+        state, jax.random.fold_in(key, 0), net.apply, data, config
+    )
+    p, r, mse = loop.round(params, np.asarray(state.r, np.float64), 1.0, jax.random.fold_in(key, 0))
+    ok = all(
+        np.allclose(a[0], b, atol=1e-5)
+        for a, b in zip(
+            jax.tree_util.tree_leaves(new.params), jax.tree_util.tree_leaves(p), strict=True
+        )
+    )
+    ok &= np.allclose(np.asarray(new.r), r, atol=1e-6) and abs(float(new.conv.mse[0]) - mse) < 1e-6
+    if not ok:
+        raise AssertionError("the Python loop disagrees with the jitted round")
+
+
+def run(size: str) -> list[dict]:
+    rows = []
+    for m in SIZES[size]:
+        data, net, params, config = _setup(m)
+        state = F.init(params, K, config)
+        key = jax.random.key(1)
+        t_jit = time_call(_chunk(net, config), state, key, data, n_warmup=1, n_runs=5)
+        rows.append(result_row("fedgwc_round", "jit chunk", size, t_jit, work=CHUNK,
+                               unit="rounds", clients_per_round=m, chunk=CHUNK))  # fmt: skip
+        loop = PythonLoop(net, config, data)
+        _check(loop, net, config, data, params)
+        p, r, mse = params, np.asarray(state.r, np.float64), 1.0
+        p, r, mse = loop.round(p, r, mse, key)  # warm-up (compiles the step)
+        start = time.perf_counter()
+        for i in range(LOOP_ROUNDS):
+            p, r, mse = loop.round(p, r, mse, jax.random.fold_in(key, i))
+        jax.block_until_ready(p)
+        per_round = (time.perf_counter() - start) / LOOP_ROUNDS
+        s = per_round * CHUNK
+        rows.append(result_row("fedgwc_round", "python loop", size, Timing(0.0, s, s, s, 1),
+                               work=CHUNK, unit="rounds", clients_per_round=m, chunk=CHUNK,
+                               extrapolated_from_rounds=LOOP_ROUNDS))  # fmt: skip
+    m = SIZES[size][-1]
+    data, net, params, config = _setup(m)
+    state = F.init(params, K, config)
+    n_dev = len(jax.devices())
+    d = 1
+    while d <= n_dev:
+        if m % d == 0:
+            mesh = sharding.data_mesh(jax.devices()[:d])
+            t_dev = time_call(_chunk(net, config, mesh), state, jax.random.key(1), data,
+                              n_warmup=1, n_runs=3)  # fmt: skip
+            rows.append(result_row("fedgwc_round (sharded clients)", "jit chunk", size, t_dev,
+                                   work=CHUNK, unit="rounds", devices=d,
+                                   clients_per_round=m))  # fmt: skip
+        d *= 2
+    return rows
