@@ -24,7 +24,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from benchmarks._timing import Timing, result_row, time_call
 from jaxlab.core import sharding
@@ -63,27 +62,9 @@ class PythonLoop:
         self.config, self.data = config, data
         self.x, self.y = np.asarray(data.x), np.asarray(data.y)
         self.count, self.noise = np.asarray(data.count), np.asarray(data.noise)
-        opt = config.local.optimizer()
-        b = config.local.batch_size
-
-        def sgd_step(p, s, x, y, count, noise, key):
-            k_batch, k_noise = jax.random.split(key)
-            n_max = y.shape[0]
-            scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(k_batch, (n_max,)),
-                               2.0)  # fmt: skip
-            rows = jnp.argsort(scores)[:b]
-            xb = x[rows] + noise * jax.random.normal(k_noise, (b, x.shape[-1]))
-
-            def loss_fn(q):
-                logits = net.apply(q, xb)
-                return optax.softmax_cross_entropy_with_integer_labels(logits, y[rows]).mean()
-
-            loss, g = jax.value_and_grad(loss_fn)(p)
-            u, s = opt.update(g, s, p)
-            return optax.apply_updates(p, u), s, loss
-
-        self.step = jax.jit(sgd_step)
-        self.opt = opt
+        self.opt = config.local.optimizer()
+        self.step = jax.jit(F.local_step, static_argnums=(0, 8))
+        self.apply = net.apply
 
     def round(self, params, r: np.ndarray, mse: float, key):
         """One round from the jitted round's keys; returns ``(params, R, mse)``."""
@@ -97,8 +78,8 @@ class PythonLoop:
         for s, i in enumerate(idx):  # the official per-client loop
             p, state = params, self.opt.init(params)
             for t, kt in enumerate(jax.random.split(client_keys[s], cfg.local.steps)):
-                p, state, loss = self.step(p, state, self.x[i], self.y[i], self.count[i],
-                                           self.noise[i], kt)  # fmt: skip
+                p, state, loss = self.step(self.apply, p, state, self.x[i], self.y[i],
+                                           self.count[i], self.noise[i], kt, cfg.local)  # fmt: skip
                 losses[s, t] = float(loss)
             locals_.append(p)
         w = self.count[idx] / self.count[idx].sum()

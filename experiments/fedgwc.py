@@ -162,7 +162,7 @@ def _gwc_config(config: Config, clusters: int) -> F.FedGWCConfig:
 
 
 _RUN = jax.jit(F.run_rounds, static_argnums=(2, 3, 5, 6, 7))  # 8 = until: traced
-_UPDATES = jax.jit(F.client_updates, static_argnums=(0, 4))
+_UPDATES = jax.jit(F.client_deltas, static_argnums=(0, 4))
 _IFCA_RUN = jax.jit(F.ifca_run, static_argnums=(2, 3, 5, 6))
 _IFCA_ASSIGN = jax.jit(F.ifca_assign, static_argnums=(0,))
 _LOCAL_ONLY = jax.jit(F.local_only, static_argnums=(0, 4, 5))

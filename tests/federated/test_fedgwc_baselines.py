@@ -141,14 +141,14 @@ def test_cfl_bipartitions_opposed_updates_only(key):
         F.CFLConfig(eps1=0.0, eps2=1.0)
 
 
-def test_client_updates_start_from_the_own_cluster_model(key):
+def test_client_deltas_start_from_the_own_cluster_model(key):
     net, params, data = _network(key, k=8)
     cfg = F.FedGWCConfig(participation=0.5, local=LOCAL, max_clusters=2)
     other = jax.tree_util.tree_map(lambda a: a + 0.5, params)
     state = F.fixed_clusters(params, np.repeat([0, 1], 4), cfg)
     state = state.replace(params=jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), params,
                                                         other))  # fmt: skip
-    upd = jax.jit(F.client_updates, static_argnums=(0, 4))(net.apply, state, data, key, LOCAL)
+    upd = jax.jit(F.client_deltas, static_argnums=(0, 4))(net.apply, state, data, key, LOCAL)
     keys = jax.random.split(key, 8)
     for k, start in ((1, params), (6, other)):
         end, _ = F.local_train(net.apply, start, data.x[k], data.y[k], data.count[k],

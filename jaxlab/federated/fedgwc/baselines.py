@@ -43,7 +43,7 @@ __all__ = [
     "IFCAState",
     "cfl_check",
     "cfl_split",
-    "client_updates",
+    "client_deltas",
     "fixed_clusters",
     "ifca_assign",
     "ifca_init",
@@ -133,7 +133,7 @@ def ifca_round(
     n_models = jax.tree_util.tree_leaves(state.params)[0].shape[0]
 
     def per_model(j, old):
-        w = jnp.where(choice == j, count, 0).astype(jnp.float32)
+        w = jnp.where(choice == j, count, 0).astype(losses.dtype)
         chosen = jnp.sum(w) > 0
         new = fedavg(trained, jnp.where(chosen, w, 1.0))
         return jax.tree_util.tree_map(lambda a, b: jnp.where(chosen, a, b), new, old)
@@ -194,7 +194,7 @@ class CFLConfig:
                              f"{self}.")  # fmt: skip
 
 
-def client_updates(
+def client_deltas(
     apply_fn: Callable,
     state: FedGWCState,
     data: ClientData,
@@ -219,7 +219,7 @@ def cfl_check(
     """CFL's criterion on every active cluster (host).
 
     Args:
-      updates: ``[K, P]`` client updates (:func:`client_updates`); labels: ``[K]`` cluster slots;
+      updates: ``[K, P]`` client updates (:func:`client_deltas`); labels: ``[K]`` cluster slots;
       active: ``[C_max]`` bool.
 
     Returns:

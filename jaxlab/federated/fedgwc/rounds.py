@@ -34,6 +34,7 @@ __all__ = [
     "LocalConfig",
     "fedavg",
     "federated_round",
+    "local_step",
     "local_train",
     "sample_clients",
 ]
@@ -120,32 +121,44 @@ def sample_clients(key: jax.Array, members: jax.Array, m: int) -> tuple[jax.Arra
     return idx, jnp.isfinite(top)
 
 
+def local_step(
+    apply_fn: Callable, params, opt_state, x, y, count, noise, key, config: LocalConfig
+) -> tuple[object, object, jax.Array]:
+    """One local SGD step on one client: a minibatch of ``config.batch_size`` rows drawn without
+    replacement among the first ``count`` rows of ``x [n_max, d]`` / ``y [n_max]``, fresh input
+    noise of SD ``noise``; returns ``(params, opt_state, minibatch loss)``."""
+    n_max = y.shape[0]
+    k_batch, k_noise = jax.random.split(key)
+    scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(k_batch, (n_max,)), 2.0)
+    rows = jnp.argsort(scores)[: config.batch_size]
+    xb = x[rows] + noise * jax.random.normal(k_noise, (config.batch_size, x.shape[-1]))
+
+    def loss_fn(p):
+        logits = apply_fn(p, xb)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y[rows]).mean()
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, opt_state = config.optimizer().update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
+
+
 def local_train(
     apply_fn: Callable, params, x, y, count, noise, key, config: LocalConfig
 ) -> tuple[object, jax.Array]:
-    """``config.steps`` local SGD steps on one client; returns ``(params, losses [T])``.
+    """``config.steps`` local SGD steps (:func:`local_step`, key ``split(key, steps)[t]`` at step
+    ``t``) on one client; returns ``(params, losses [T])``.
 
     ``x [n_max, d]``, ``y [n_max]``, ``count`` real rows, ``noise`` SD of the fresh input noise.
     """
-    opt = config.optimizer()
-    n_max = y.shape[0]
-
-    def loss_fn(p, xb, yb):
-        logits = apply_fn(p, xb)
-        return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
 
     def step(carry, k):
         p, s = carry
-        k_batch, k_noise = jax.random.split(k)
-        scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(k_batch, (n_max,)), 2.0)
-        rows = jnp.argsort(scores)[: config.batch_size]  # without replacement among real rows
-        xb = x[rows] + noise * jax.random.normal(k_noise, (config.batch_size, x.shape[-1]))
-        loss, grads = jax.value_and_grad(loss_fn)(p, xb, y[rows])
-        updates, s = opt.update(grads, s, p)
-        return (optax.apply_updates(p, updates), s), loss
+        p, s, loss = local_step(apply_fn, p, s, x, y, count, noise, k, config)
+        return (p, s), loss
 
     keys = jax.random.split(key, config.steps)
-    (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), keys)
+    init = (params, config.optimizer().init(params))
+    (params, _), losses = jax.lax.scan(step, init, keys)
     return params, losses
 
 
