@@ -450,7 +450,7 @@ def _figures(out: Path, figs: dict, metrics: dict, config: Config) -> None:
             ax.imshow(r[np.ix_(order, order)].T, cmap="viridis")
             ax.set_title(f"R^T {title} (ordered by true group)")
         _common.save_figure(fig, out, f"interaction_{name}")
-    fig, ax = plt.subplots(figsize=(6, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 3.5))
     width = 0.8 / max(len(config.methods), 1)
     labels = []
     for j, method in enumerate(config.methods):
@@ -460,7 +460,9 @@ def _figures(out: Path, figs: dict, metrics: dict, config: Config) -> None:
             f"{s}:g{g}" for s in config.scenarios for g in metrics["group_accuracy"][s][method]
         ]
         ax.bar(np.arange(len(vals)) + j * width, vals, width, label=method)
-    ax.set_xticks(np.arange(len(labels)) + width / 2, labels, fontsize=7)
+    ax.set_xticks(np.arange(len(labels)) + width * (len(config.methods) - 1) / 2, labels,
+                  fontsize=7)  # fmt: skip
     ax.set(ylabel="test accuracy (own cluster model)", title="Accuracy per true group")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
+    fig.tight_layout()
     _common.save_figure(fig, out, "group_accuracy")
