@@ -121,6 +121,17 @@ def test_ifca_picks_the_better_model_and_leaves_the_unchosen_one(key):
     np.testing.assert_array_equal(F.ifca_assign(net.apply, state.params, data, key), 0)
     with pytest.raises(ValueError, match="k >= 1"):
         F.ifca_init(lambda k: params, key, 0)
+    with pytest.raises(ValueError, match="m=13"):
+        F.ifca_round(state, key, net.apply, data, 13, LOCAL)
+
+
+def test_ifca_round_sharded_equals_unsharded(mesh, key):
+    net, params, data = _network(key, k=12)
+    state = F.ifca_init(lambda k: net.init(k, jnp.zeros((1, 8))), key, 2)
+    run = jax.jit(F.ifca_round, static_argnums=(2, 4, 5, 6))
+    a = run(state, key, net.apply, data, 4, LOCAL, None)
+    b = run(state, key, net.apply, data, 4, LOCAL, mesh)
+    jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-6), a, b)
 
 
 def test_cfl_bipartitions_opposed_updates_only(key):

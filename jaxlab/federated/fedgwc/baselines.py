@@ -117,6 +117,8 @@ def ifca_round(
 ) -> tuple[IFCAState, jax.Array]:
     """One IFCA round (module docstring); returns ``(state, choices [m])``. The client-slot axis is
     sharded over ``mesh``'s ``"data"`` axis when given."""
+    if not 1 <= m <= data.count.shape[0]:
+        raise ValueError(f"IFCA needs 1 <= m <= K = {data.count.shape[0]} clients, got m={m}.")
     k_sample, k_eval, k_train = jax.random.split(key, 3)
     idx, _ = _sample(k_sample, jnp.ones(data.count.shape, bool), m)
     x, y, count, noise = sharding.constrain_batch(
