@@ -17,6 +17,19 @@ baselines on the same machinery.
 - :mod:`.baselines`: FedAvg and Oracle (fixed clusterings), IFCA, CFL and Local;
 - :mod:`.cohesion`: ``class_cohesion_scores``, a labelled stand-in for the paper's Wasserstein
   Adjusted Score (not in the official code).
+
+Usage (jitted chunks of rounds; the rare clustering step on the host)::
+
+    data = ClientData(x, y, count, noise)          # [K, n_max, d], [K, n_max], [K], [K]
+    net = MLP(hidden=(64,), classes=10)
+    config = FedGWCConfig(participation=0.1, local=LocalConfig(lr=0.05))
+    state = init(net.init(key, x[0, :1]), K, config)
+    run = jax.jit(run_rounds, static_argnums=(2, 3, 5))
+    while int(state.rounds) < 3000:
+        state, losses = run(state, key, 500, net.apply, data, config, until=3000)
+        if bool(triggered(state).any()):           # some cluster's patience reached its target
+            state, records = try_split(state, config)   # spectral clustering, DB < 1 gate
+    # state.labels [K]: each client's cluster slot; state.params: one model per slot
 """
 
 from jaxlab.federated.fedgwc.baselines import (
