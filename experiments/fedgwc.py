@@ -208,7 +208,7 @@ def run_method(method: str, config: Config, data: F.ClientData, groups, key, cfl
     params = fresh(jax.random.fold_in(key, 1))
     k_train = jax.random.fold_in(key, 2)
     k_clients = config.clients
-    m = max(1, round(config.participation * k_clients))
+    m = _gwc_config(config, 1).clients_per_round(k_clients)
     out = {"attempts": [], "r_at_split": None, "labels_after_first_split": None,
            "clustering_bytes": 0, "r_end": None}  # fmt: skip
     if method in ("fedavg", "oracle"):
@@ -413,10 +413,10 @@ def run(config: Config, out_dir: Path) -> dict:
     ]  # fmt: skip
     notes = [
         f"{config.rounds} rounds, K = {config.clients}, m = "
-        f"{round(config.participation * config.clients)} clients per cluster per round (FedGWC, "
-        "Oracle, CFL) or per round (FedAvg, IFCA); Local trains each client alone for the same "
-        "expected number of local steps. `ifca` uses k = the true number of groups, `ifca_plus` "
-        "k + 2. Oracle's ARI is 1 by construction; Local has no clustering."
+        f"{_gwc_config(config, 1).clients_per_round(config.clients)} clients per cluster per "
+        "round (FedGWC, Oracle, CFL) or per round (FedAvg, IFCA); Local trains each client "
+        "alone for the same expected number of local steps. `ifca` uses k = the true number of "
+        "groups, `ifca_plus` k + 2. Oracle's ARI is 1 by construction; Local has no clustering."
     ]
     if cfl is not None:
         notes.append(

@@ -106,6 +106,13 @@ def ifca_losses(apply_fn: Callable, params, x, y, count, noise, key) -> jax.Arra
     return jax.vmap(one)(params)
 
 
+def _losses_by_client(apply_fn: Callable, params, data: ClientData, keys) -> jax.Array:
+    """:func:`ifca_losses` of every client in ``data`` (one key each): ``[clients, k]``."""
+    return jax.vmap(ifca_losses, in_axes=(None, None, 0, 0, 0, 0, 0))(
+        apply_fn, params, data.x, data.y, data.count, data.noise, keys
+    )
+
+
 def ifca_round(
     state: IFCAState,
     key: jax.Array,
@@ -121,21 +128,17 @@ def ifca_round(
         raise ValueError(f"IFCA needs 1 <= m <= K = {data.count.shape[0]} clients, got m={m}.")
     k_sample, k_eval, k_train = jax.random.split(key, 3)
     idx, _ = _sample(k_sample, jnp.ones(data.count.shape, bool), m)
-    x, y, count, noise = sharding.constrain_batch(
-        (data.x[idx], data.y[idx], data.count[idx], data.noise[idx]), mesh
-    )
-    eval_keys = jax.random.split(k_eval, m)
-    losses = jax.vmap(ifca_losses, in_axes=(None, None, 0, 0, 0, 0, 0))(
-        apply_fn, state.params, x, y, count, noise, eval_keys
-    )
+    sub = sharding.constrain_batch(data.take(idx), mesh)
+    losses = _losses_by_client(apply_fn, state.params, sub, jax.random.split(k_eval, m))
     choice = jnp.argmin(losses, axis=1)  # [m]
     start = jax.tree_util.tree_map(lambda a: a[choice], state.params)
     train = jax.vmap(local_train, in_axes=(None, 0, 0, 0, 0, 0, 0, None))
-    trained, _ = train(apply_fn, start, x, y, count, noise, jax.random.split(k_train, m), local)
+    trained, _ = train(apply_fn, start, sub.x, sub.y, sub.count, sub.noise,
+                       jax.random.split(k_train, m), local)  # fmt: skip
     n_models = jax.tree_util.tree_leaves(state.params)[0].shape[0]
 
     def per_model(j, old):
-        w = jnp.where(choice == j, count, 0).astype(losses.dtype)
+        w = jnp.where(choice == j, sub.count, 0).astype(losses.dtype)
         chosen = jnp.sum(w) > 0
         new = fedavg(trained, jnp.where(chosen, w, 1.0))
         return jax.tree_util.tree_map(lambda a, b: jnp.where(chosen, a, b), new, old)
@@ -167,10 +170,7 @@ def ifca_run(
 def ifca_assign(apply_fn: Callable, params, data: ClientData, key: jax.Array) -> jax.Array:
     """Each client's model under IFCA: ``argmin_j`` of its training loss, ``[K]``."""
     keys = jax.random.split(key, data.count.shape[0])
-    losses = jax.vmap(ifca_losses, in_axes=(None, None, 0, 0, 0, 0, 0))(
-        apply_fn, params, data.x, data.y, data.count, data.noise, keys
-    )
-    return jnp.argmin(losses, axis=1)
+    return jnp.argmin(_losses_by_client(apply_fn, params, data, keys), axis=1)
 
 
 # ---- CFL -----------------------------------------------------------------------------------------

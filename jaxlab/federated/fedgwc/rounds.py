@@ -91,6 +91,10 @@ class ClientData:
     count: jax.Array
     noise: jax.Array
 
+    def take(self, idx: jax.Array) -> ClientData:
+        """The clients ``idx [S]`` (rows of every field), e.g. a round's sampled slots."""
+        return jax.tree_util.tree_map(lambda a: a[idx], self)
+
     def check(self, batch_size: int) -> ClientData:
         """Raise on a client with no data or fewer samples than a minibatch; return ``self``."""
         k, n_max = self.y.shape
@@ -189,13 +193,11 @@ def federated_round(
     sharded over ``mesh``'s ``"data"`` axis when given (``S`` a multiple of the device count).
     With no real slot the parameters are returned unchanged.
     """
-    x, y, count, noise = sharding.constrain_batch(
-        (data.x[idx], data.y[idx], data.count[idx], data.noise[idx]), mesh
-    )
+    sub = sharding.constrain_batch(data.take(idx), mesh)
     keys = sharding.constrain_batch(jax.random.split(key, idx.shape[0]), mesh)
     train = jax.vmap(local_train, in_axes=(None, None, 0, 0, 0, 0, 0, None))
-    local, losses = train(apply_fn, params, x, y, count, noise, keys, config)
-    weights = jnp.where(mask, count, 0).astype(losses.dtype)
+    local, losses = train(apply_fn, params, sub.x, sub.y, sub.count, sub.noise, keys, config)
+    weights = jnp.where(mask, sub.count, 0).astype(losses.dtype)
     any_real = jnp.sum(weights) > 0
     new = fedavg(local, jnp.where(any_real, weights, 1.0))
     new = jax.tree_util.tree_map(lambda a, b: jnp.where(any_real, a, b), new, params)
