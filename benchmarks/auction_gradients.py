@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import erf
 
-from benchmarks._timing import result_row, time_call
 from jaxlab.core import sharding
+from jaxlab.core.timing import result_row, time_call
 from jaxlab.games import auctions as A
 
 NAME = "auction_gradients"

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks._timing import result_row, time_call
 from jaxlab.core import sharding
+from jaxlab.core.timing import result_row, time_call
 from jaxlab.games import convex_markov as M
 
 NAME = "cmg_solvers"

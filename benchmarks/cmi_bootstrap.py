@@ -24,8 +24,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
-from benchmarks._timing import result_row, time_call
 from jaxlab.core import sharding
+from jaxlab.core.timing import result_row, time_call
 from jaxlab.stats import cmi_test as C
 
 NAME = "cmi_bootstrap"

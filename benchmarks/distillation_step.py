@@ -18,8 +18,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from benchmarks._timing import result_row, time_call
 from jaxlab.core import sharding
+from jaxlab.core.timing import result_row, time_call
 from jaxlab.generative import gan_onestep as G
 
 NAME = "distillation_step"

@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import optimize
 
-from benchmarks._timing import Timing, result_row, time_call
 from jaxlab.core import sharding
+from jaxlab.core.timing import Timing, result_row, time_call
 from jaxlab.federated import robust_dkw as R
 
 NAME = "dkw_bounds"

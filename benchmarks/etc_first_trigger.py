@@ -19,10 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.integrate import solve_ivp
 
-from benchmarks._timing import result_row, time_call
 from jaxlab.control import neural_etc as E
 from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
 from jaxlab.core import sharding
+from jaxlab.core.timing import result_row, time_call
 
 NAME = "etc_first_trigger"
 DESCRIPTION = "Neural ETC first-trigger solves (vmap vs loop vs solve_ivp) and the MC loss+grad"

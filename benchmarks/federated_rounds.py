@@ -25,8 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks._timing import Timing, result_row, time_call
 from jaxlab.core import sharding
+from jaxlab.core.timing import Timing, result_row, time_call
 from jaxlab.federated import fedgwc as F
 
 NAME = "federated_rounds"

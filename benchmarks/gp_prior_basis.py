@@ -15,9 +15,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from benchmarks._timing import result_row, time_call
 from experiments.gp_vae import Config, components, model_config
 from jaxlab.core import sharding
+from jaxlab.core.timing import result_row, time_call
 from jaxlab.probabilistic import gp_vae as G
 from jaxlab.probabilistic.gp_vae import baselines as B
 from jaxlab.probabilistic.gp_vae.data import health_digits

@@ -44,8 +44,8 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 
-from benchmarks._timing import time_call
 from experiments import _common
+from jaxlab.core.timing import time_call
 from jaxlab.probabilistic import gp_vae as G
 from jaxlab.probabilistic.gp_vae import baselines as B
 from jaxlab.probabilistic.gp_vae.data import TIME_MEAN, TIME_STD, health_digits, splits

@@ -10,6 +10,15 @@ module runs it:
 
 ``x`` is the per-step input: the matching slice of ``xs`` (leading axis ``n_steps``) or ``None``
 when the step needs only its state (derive per-step keys with ``jax.random.fold_in(key, step)``).
+
+Optimisation helpers (every optax loop of the library goes through these, none is hand-written):
+
+- :class:`TrainState`: ``params``, ``opt_state``, ``step`` and ``key`` of one optimiser, with
+  :meth:`TrainState.apply_gradients` and per-step keys :meth:`TrainState.step_key`;
+- :func:`fit`: ``num_steps`` full-batch optimiser steps as one ``lax.scan`` (pure; jit it);
+- :func:`minibatch_epochs`: epochs of shuffled minibatches as nested scans (pure; jit it);
+- :func:`map_in_chunks`: a jitted batched function applied to a long leading axis in fixed-size,
+  padded chunks from the host (one compiled shape).
 """
 
 from __future__ import annotations
@@ -20,7 +29,10 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
+from flax import struct
 from tqdm.auto import tqdm
 
 from jaxlab.core.checkpoint import Checkpointer
@@ -29,7 +41,15 @@ PyTree = Any
 Step = Callable[[PyTree, Any], tuple[PyTree, PyTree]]
 ChunkCallback = Callable[[int, PyTree], None]
 
-__all__ = ["progress_bar", "run_chunked", "scan_steps"]
+__all__ = [
+    "TrainState",
+    "fit",
+    "map_in_chunks",
+    "minibatch_epochs",
+    "progress_bar",
+    "run_chunked",
+    "scan_steps",
+]
 
 
 def scan_steps(step: Step, state: PyTree, n_steps: int, xs: PyTree = None) -> tuple[PyTree, PyTree]:
@@ -61,13 +81,19 @@ def run_chunked(
     vmap: bool = False,
     on_chunk: ChunkCallback | None = None,
     checkpointer: Checkpointer | None = None,
+    donate: bool = True,
 ) -> tuple[PyTree, PyTree]:
     """Run ``n_steps`` of ``step`` in jitted chunks of ``chunk_size`` steps.
 
     Each chunk is one ``lax.scan`` under ``jit``; the host syncs once per chunk to copy that chunk's
     metrics into a preallocated buffer, call ``on_chunk`` and (maybe) checkpoint. ``step`` is
     traced once; the chunk is compiled once per distinct chunk length (once if ``chunk_size``
-    divides ``n_steps``, otherwise twice: the last chunk is shorter).
+    divides ``n_steps``, otherwise twice: the last chunk is shorter). The compiled chunk is cached
+    per ``(step, vmap, donate)`` across calls, so calling ``run_chunked`` again with the same
+    ``step`` object (a module-level function, or the same bound method / closure) and the same
+    shapes compiles nothing; a fresh lambda per call is a fresh ``step`` and compiles again.
+    With ``donate`` (the default) each chunk donates its input state's buffers to the output, so
+    a large state is not held twice; the caller's ``state`` is copied once first and stays valid.
 
     With ``checkpointer``, the state and the metrics so far are saved after a chunk whenever the
     checkpointer's interval has passed, and always after the last chunk; if the checkpointer's
@@ -84,6 +110,7 @@ def run_chunked(
       on_chunk: ``on_chunk(steps_done, chunk_metrics)`` called on the host after each chunk
         (``chunk_metrics`` leaves are NumPy arrays ``[k, ...]``, ``[k, S, ...]`` with vmap).
       checkpointer: periodic checkpoints and resume (see ``Checkpointer``).
+      donate: donate the state between chunks (see above).
 
     Returns:
       ``(final_state, metrics)``; metrics leaves are NumPy arrays ``[n_steps, ...]``, or
@@ -100,8 +127,9 @@ def run_chunked(
                 f"run_chunked: `xs` leading axes {sorted(lengths)} != n_steps={n_steps}."
             )
 
-    step_fn = jax.vmap(step, in_axes=(0, None)) if vmap else step
-    chunk = jax.jit(functools.partial(scan_steps, step_fn), static_argnums=(1,))
+    chunk = _compiled_chunk(step, vmap, donate)
+    if donate:  # the chunk donates its state: never the caller's arrays, a private copy of them
+        state = jax.tree_util.tree_map(lambda a: a.copy() if isinstance(a, jax.Array) else a, state)
 
     # Preallocate host buffers for every step's metrics (fixed shapes, checkpointable).
     first_xs = None if xs is None else _slice(xs, 0, min(chunk_size, n_steps))
@@ -143,6 +171,16 @@ def run_chunked(
     return state, buffers
 
 
+@functools.lru_cache(maxsize=128)
+def _compiled_chunk(step: Step, vmap: bool, donate: bool) -> Callable:
+    step_fn = jax.vmap(step, in_axes=(0, None)) if vmap else step
+    return jax.jit(
+        functools.partial(scan_steps, step_fn),
+        static_argnums=(1,),
+        donate_argnums=(0,) if donate else (),
+    )
+
+
 @contextlib.contextmanager
 def progress_bar(
     total: int, desc: str = "", metric: str | None = None, **tqdm_kwargs: Any
@@ -167,3 +205,178 @@ def progress_bar(
                 bar.set_postfix({metric: f"{float(np.mean(metrics[metric][-1])):.4g}"})
 
         yield update
+
+
+# ---- optimisation ------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class TrainState:
+    """One optimiser's training state (a pytree; ``tx`` is static metadata).
+
+    Attributes:
+      step: ``[]`` int32, optimiser steps taken so far.
+      params: the parameter pytree being optimised.
+      opt_state: ``tx``'s state for ``params``.
+      key: ``[]`` typed PRNG key of the run (or ``None``); per-step keys come from
+        :meth:`step_key`, so a run resumed from a checkpoint draws the same numbers.
+      tx: the optax ``GradientTransformation`` (static, not a leaf).
+    """
+
+    step: jax.Array
+    params: PyTree
+    opt_state: PyTree
+    key: jax.Array | None
+    tx: optax.GradientTransformation = struct.field(pytree_node=False)
+
+    @classmethod
+    def create(
+        cls, params: PyTree, tx: optax.GradientTransformation, key: jax.Array | None = None
+    ) -> TrainState:
+        """A state at step 0 with ``tx.init(params)``."""
+        return cls(jnp.zeros((), jnp.int32), params, tx.init(params), key, tx)
+
+    def apply_gradients(self, grads: PyTree) -> TrainState:
+        """One optimiser step: ``tx.update(grads, opt_state, params)``, then ``step + 1``."""
+        updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
+        return self.replace(
+            step=self.step + 1,
+            params=optax.apply_updates(self.params, updates),
+            opt_state=opt_state,
+        )
+
+    def step_key(self, salt: int | None = None) -> jax.Array:
+        """``fold_in(key, step)`` (then ``fold_in(., salt)``): this step's key, never reused."""
+        if self.key is None:
+            raise ValueError("TrainState.step_key: this state was created without a `key`.")
+        k = jax.random.fold_in(self.key, self.step)
+        return k if salt is None else jax.random.fold_in(k, salt)
+
+
+def fit(
+    loss_fn: Callable[..., jax.Array],
+    params: PyTree,
+    optimizer: optax.GradientTransformation,
+    num_steps: int,
+    *,
+    key: jax.Array | None = None,
+    xs: PyTree = None,
+    opt_state: PyTree = None,
+) -> tuple[PyTree, jax.Array]:
+    """``num_steps`` optimiser steps on ``loss_fn`` as one ``lax.scan`` (pure: jit or vmap it).
+
+    The step is ``loss, g = value_and_grad(loss_fn)(params, *extra)``, then
+    ``optimizer.update(g, opt_state, params)`` and ``optax.apply_updates``.
+
+    Args:
+      loss_fn: ``loss_fn(params, *extra) -> scalar``; ``extra`` is ``(key_t,)`` when ``key`` is
+        given, then ``(x_t,)`` when ``xs`` is given (so ``loss_fn(params, key_t, x_t)`` with both).
+      params: initial parameters.
+      optimizer: any optax transformation.
+      num_steps: number of steps (static).
+      key: if given, step ``t`` gets ``key_t = jax.random.split(key, num_steps)[t]``.
+      xs: per-step inputs with leading axis ``num_steps``.
+      opt_state: initial optimiser state (default ``optimizer.init(params)``).
+
+    Returns:
+      ``(params, losses [num_steps])``, the loss at each step before its update.
+    """
+    if num_steps < 0:
+        raise ValueError(f"fit: `num_steps` must be >= 0, got {num_steps}.")
+    keys = None if key is None else jax.random.split(key, num_steps)
+    value_and_grad = jax.value_and_grad(loss_fn)
+
+    def body(carry, inputs):
+        p, s = carry
+        k, x = inputs
+        extra = (() if key is None else (k,)) + (() if xs is None else (x,))
+        loss, g = value_and_grad(p, *extra)
+        updates, s = optimizer.update(g, s, p)
+        return (optax.apply_updates(p, updates), s), loss
+
+    s0 = optimizer.init(params) if opt_state is None else opt_state
+    (params, _), losses = jax.lax.scan(body, (params, s0), (keys, xs), length=num_steps)
+    return params, losses
+
+
+def minibatch_epochs(
+    loss_fn: Callable[[PyTree, tuple, jax.Array], jax.Array],
+    params: PyTree,
+    optimizer: optax.GradientTransformation,
+    data: tuple[jax.Array, ...],
+    key: jax.Array,
+    *,
+    epochs: int,
+    batch_size: int,
+    opt_state: PyTree = None,
+) -> tuple[PyTree, jax.Array]:
+    """Epochs of shuffled minibatches, as a ``lax.scan`` over epochs of a scan over batches.
+
+    Epoch ``e`` uses ``k_e = jax.random.split(key, epochs)[e]``: its order is
+    ``permutation(k_e, N)`` cut to ``B = max(1, N // batch_size)`` batches of
+    ``min(batch_size, N)`` rows (the remainder of each epoch is dropped, a different one each
+    epoch), and batch ``i`` calls ``loss_fn(params, batch, fold_in(k_e, i))`` with ``batch`` the
+    tuple of ``data`` rows. Pure: jit it (``loss_fn`` and the sizes are static).
+
+    Args:
+      loss_fn: ``loss_fn(params, batch: tuple, key) -> scalar`` (ignore ``key`` if not needed).
+      params: initial parameters.
+      optimizer: any optax transformation.
+      data: a tuple of arrays with one leading axis ``N``.
+      key: the run's key.
+      epochs: number of epochs (static).
+      batch_size: rows per batch (static).
+      opt_state: initial optimiser state (default ``optimizer.init(params)``).
+
+    Returns:
+      ``(params, epoch_losses [epochs])``: the mean batch loss of each epoch.
+    """
+    sizes = {int(np.shape(d)[0]) for d in data}
+    if len(sizes) != 1:
+        raise ValueError(f"minibatch_epochs: `data` arrays have different lengths {sorted(sizes)}.")
+    if batch_size < 1 or epochs < 0:
+        raise ValueError(
+            f"minibatch_epochs: need `batch_size` >= 1 and `epochs` >= 0, got {batch_size}, "
+            f"{epochs}."
+        )
+    (n,) = sizes
+    n_batches, size = max(1, n // batch_size), min(batch_size, n)
+    value_and_grad = jax.value_and_grad(loss_fn)
+
+    def epoch(carry, k):
+        order = jax.random.permutation(k, n)[: n_batches * size].reshape(n_batches, size)
+
+        def batch_step(carry, idx):
+            p, s, i = carry
+            loss, g = value_and_grad(p, tuple(d[idx] for d in data), jax.random.fold_in(k, i))
+            updates, s = optimizer.update(g, s, p)
+            return (optax.apply_updates(p, updates), s, i + 1), loss
+
+        (p, s, _), losses = jax.lax.scan(batch_step, (*carry, 0), order)
+        return (p, s), jnp.mean(losses)
+
+    s0 = optimizer.init(params) if opt_state is None else opt_state
+    (params, _), losses = jax.lax.scan(epoch, (params, s0), jax.random.split(key, epochs))
+    return params, losses
+
+
+def map_in_chunks(fn: Callable[..., PyTree], args: tuple, chunk: int | None) -> PyTree:
+    """``fn(*args)`` over the leading axis of ``args``, ``chunk`` rows per call from the host.
+
+    ``fn`` maps a batch to a batch (e.g. a jitted ``vmap``); the last chunk is padded by repeating
+    the final row, so every call has one shape and ``fn`` compiles once, and the padding is dropped
+    from the concatenated outputs. ``chunk=None`` (or ``>= N``) is one call. Host-dispatched on
+    purpose: it bounds memory, shows progress between calls, and avoids nesting a long-running
+    program in ``lax.map`` (which deadlocked on XLA:CPU with LAPACK solves inside, jaxlib 0.10).
+    """
+    total = jax.tree_util.tree_leaves(args)[0].shape[0]
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"map_in_chunks: `chunk` must be >= 1 or None, got {chunk}.")
+    if chunk is None or chunk >= total:
+        return fn(*args)
+    outs = []
+    for start in range(0, total, chunk):
+        idx = np.minimum(np.arange(start, start + chunk), total - 1)
+        outs.append(fn(*jax.tree_util.tree_map(lambda a, idx=idx: a[idx], args)))
+    out = jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *outs)
+    return jax.tree_util.tree_map(lambda a: a[:total], out)

@@ -1,5 +1,6 @@
-"""Shared timing for benchmarks: compile time apart from steady state, after warm-up, blocked.
+"""Timing for benchmarks and experiments: compile apart from steady state, after warm-up, blocked.
 
+Used by ``benchmarks/`` and by experiments that report wall times, so neither imports the other.
 A benchmark module ``benchmarks/<name>.py`` (no leading underscore) defines ``NAME``,
 ``DESCRIPTION`` and ``run(size: str) -> list[dict]`` for ``size`` in ``("small", "large")``; each
 row comes from :func:`result_row` so every benchmark's JSON has the same columns.
@@ -23,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+
+__all__ = ["Timing", "result_row", "time_call"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,8 +10,8 @@ import pytest
 
 from benchmarks import sharded_mean as bench
 from benchmarks.__main__ import main
-from benchmarks._timing import Timing, result_row, time_call
 from jaxlab.core import sharding
+from jaxlab.core.timing import Timing, result_row, time_call
 
 
 def test_jitted_function_reports_compile_apart_from_steady_state():
