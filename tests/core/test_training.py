@@ -1,12 +1,21 @@
 """jaxlab.core.training: scan loops, chunking, vmap over seeds, tracing, known answers."""
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
 
-from jaxlab.core.training import progress_bar, run_chunked, scan_steps
+from jaxlab.core.training import (
+    TrainState,
+    fit,
+    map_in_chunks,
+    minibatch_epochs,
+    progress_bar,
+    run_chunked,
+    scan_steps,
+)
 
 
 def random_walk_step(state, _):
@@ -121,3 +130,128 @@ def test_progress_bar_callback_tracks_steps():
         run_chunked(random_walk_step, walk_init(0), 10, chunk_size=3, on_chunk=cb)
     text = out.getvalue()
     assert "walk" in text and "10/10" in text and "x=" in text
+
+
+def test_compiled_chunk_is_reused_across_calls_and_caller_state_survives_donation():
+    traces = []
+
+    def step(state, x):
+        traces.append(1)
+        return random_walk_step(state, x)
+
+    state0 = walk_init(4)
+    first = run_chunked(step, state0, 10, chunk_size=5)
+    second = run_chunked(step, state0, 10, chunk_size=5)  # same step object: nothing recompiled
+    assert len(traces) == 1
+    np.testing.assert_array_equal(first[1]["x"], second[1]["x"])
+    assert float(state0["x"]) == 0.0  # the caller's arrays were not donated away
+    undonated = run_chunked(step, state0, 10, chunk_size=5, donate=False)
+    np.testing.assert_array_equal(undonated[1]["x"], first[1]["x"])
+
+
+def _quadratic_problem():
+    a = jnp.array([[3.0, 1.0], [1.0, 2.0]])
+    b = jnp.array([1.0, -1.0])
+    return a, b, jnp.linalg.solve(a, b)
+
+
+class FitTest(chex.TestCase):
+    @chex.variants(with_jit=True, without_jit=True)
+    def test_fit_reaches_the_closed_form_minimum(self):
+        a, b, w_star = _quadratic_problem()
+        loss = lambda w: 0.5 * w @ a @ w - b @ w  # noqa: E731
+        run = self.variant(lambda w0: fit(loss, w0, optax.sgd(0.2), 300))
+        w, losses = run(jnp.zeros(2))
+        np.testing.assert_allclose(w, w_star, atol=1e-5)
+        assert losses.shape == (300,) and losses[0] == 0.0
+        np.testing.assert_allclose(losses[-1], -0.5 * b @ w_star, rtol=1e-5)
+
+
+def test_fit_equals_hand_written_loop_with_keys_and_xs():
+    opt = optax.adam(0.05)
+    xs = jnp.linspace(0.0, 1.0, 7)
+    key = jax.random.key(3)
+
+    def loss(w, k, x):
+        return jnp.sum((w - x - 0.1 * jax.random.normal(k, w.shape)) ** 2)
+
+    w, losses = jax.jit(lambda w0: fit(loss, w0, opt, 7, key=key, xs=xs))(jnp.zeros(3))
+    ref, s = jnp.zeros(3), opt.init(jnp.zeros(3))
+    for t, k in enumerate(jax.random.split(key, 7)):
+        val, g = jax.value_and_grad(loss)(ref, k, xs[t])
+        u, s = opt.update(g, s, ref)
+        ref = optax.apply_updates(ref, u)
+        np.testing.assert_allclose(losses[t], val, rtol=1e-6)
+    np.testing.assert_allclose(w, ref, rtol=1e-6)
+
+
+def test_minibatch_epochs_equals_hand_written_epochs():
+    x = jnp.arange(22.0).reshape(11, 2)
+    y = jnp.arange(11.0)
+    opt = optax.sgd(0.01)
+    key = jax.random.key(5)
+
+    def loss(w, batch, k):
+        xb, yb = batch
+        return jnp.mean((xb @ w - yb) ** 2) + 0.0 * jax.random.normal(k, ())
+
+    w, losses = jax.jit(
+        lambda w0: minibatch_epochs(loss, w0, opt, (x, y), key, epochs=3, batch_size=4)
+    )(jnp.zeros(2))
+    ref, s, means = jnp.zeros(2), opt.init(jnp.zeros(2)), []
+    for k in jax.random.split(key, 3):
+        order = np.asarray(jax.random.permutation(k, 11))[:8].reshape(2, 4)  # 2 batches, 3 dropped
+        batch_losses = []
+        for i, idx in enumerate(order):
+            val, g = jax.value_and_grad(loss)(ref, (x[idx], y[idx]), jax.random.fold_in(k, i))
+            u, s = opt.update(g, s, ref)
+            ref = optax.apply_updates(ref, u)
+            batch_losses.append(val)
+        means.append(np.mean(batch_losses))
+    np.testing.assert_allclose(w, ref, rtol=1e-6)
+    np.testing.assert_allclose(losses, means, rtol=1e-6)
+    with pytest.raises(ValueError, match="different lengths"):
+        minibatch_epochs(loss, w, opt, (x, y[:5]), key, epochs=1, batch_size=4)
+
+
+def test_train_state_apply_gradients_and_step_keys():
+    opt = optax.adam(0.1)
+    params = {"w": jnp.ones(3)}
+    state = TrainState.create(params, opt, key=jax.random.key(0))
+    grads = {"w": jnp.array([1.0, -1.0, 0.5])}
+    new = jax.jit(lambda s: s.apply_gradients(grads))(state)
+    u, _ = opt.update(grads, opt.init(params), params)
+    np.testing.assert_allclose(new.params["w"], optax.apply_updates(params, u)["w"])
+    assert int(new.step) == 1
+    assert (
+        jax.random.key_data(new.step_key()).tolist()
+        != jax.random.key_data(state.step_key()).tolist()
+    )
+    np.testing.assert_array_equal(
+        jax.random.key_data(state.step_key()),
+        jax.random.key_data(jax.random.fold_in(jax.random.key(0), 0)),
+    )
+    leaves = jax.tree_util.tree_leaves(state)
+    assert all(hasattr(leaf, "shape") for leaf in leaves)  # tx is static, not a leaf
+    with pytest.raises(ValueError, match="without a `key`"):
+        TrainState.create(params, opt).step_key()
+
+
+@pytest.mark.parametrize("chunk", [None, 3, 4, 10, 50])
+def test_map_in_chunks_equals_one_call_and_compiles_once(chunk):
+    traces = []
+
+    @jax.jit
+    def fn(a, b):
+        traces.append(a.shape)
+        return {"s": a.sum(-1) + b, "p": a * b[:, None]}
+
+    a = jnp.arange(30.0).reshape(10, 3)
+    b = jnp.arange(10.0)
+    out = map_in_chunks(fn, (a, b), chunk)
+    ref = fn(a, b)
+    np.testing.assert_array_equal(out["s"], ref["s"])
+    np.testing.assert_array_equal(out["p"], ref["p"])
+    assert len(set(traces)) <= 2  # the chunk shape (padded) and the reference call's shape
+    with pytest.raises(ValueError, match="`chunk` must be >= 1"):
+        map_in_chunks(fn, (a, b), 0)
