@@ -8,6 +8,10 @@
     matmuls, at ``P`` subjects, both with every subject's weights sampled each step (the official
     estimator); and the fused step with ``local_subject_samples`` (only the batch's subjects).
 (c) The same fused step on a larger batch with the batch axis sharded over 1, 2, 4, ... devices.
+
+Model: the Health-Digits prior of :func:`jaxlab.probabilistic.gp_vae.health_digits_config` with the
+library defaults (``M = 24``, ``J = 4``, ``L = 8``, decoder 64-64, 3 particles; batch 128, Adam
+5e-3), the settings of the ``gp_vae`` experiment's quick preset.
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from experiments.gp_vae import Config, components, model_config
 from jaxlab.core import sharding
 from jaxlab.core.timing import result_row, time_call
 from jaxlab.probabilistic import gp_vae as G
@@ -29,6 +32,7 @@ SIZES = {
     "large": {"N": (1000, 2000, 4000, 8000, 16000), "P": (200, 800), "shard_batch": 4096},
 }
 TIMES = 20
+BATCH = 128
 
 
 def _problem(n_subjects: int, seed: int = 0):
@@ -36,60 +40,57 @@ def _problem(n_subjects: int, seed: int = 0):
     return data.covariates(), jnp.asarray(data.images)
 
 
-def _model(cfg: Config, comps, fused: bool = True, local: bool = False):
-    return G.make_model(model_config(cfg, comps, fused=fused, local_subject_samples=local))
+def _model(n_subjects: int, fused: bool = True, local: bool = False):
+    config = G.health_digits_config(n_subjects, fused=fused, local_subject_samples=local)
+    return G.make_model(config)
 
 
 def run(size: str) -> list[dict]:
-    cfg, spec, rows = Config(), SIZES[size], []
+    spec, rows = SIZES[size], []
 
     for n in spec["N"]:  # (a) epoch time vs N
         p = n // TIMES
         cov, y = _problem(p, seed=n)
-        comps = components(cfg, p)
-        model = _model(cfg, comps, local=cfg.local_subject_samples)
-        trainer = G.make_trainer(model, n, cfg.batch_size, cfg.learning_rate)
+        model = _model(p, local=True)
+        trainer = G.make_trainer(model, n, BATCH)
         state = trainer.init(jax.random.key(1), cov, y)
-        epoch = jax.jit(lambda s, t=trainer: t.epoch(s)[0])
+        epoch = jax.jit(lambda s, t=trainer: t.step(s)[0])
         timing = time_call(epoch, state, n_runs=3)
         rows.append(result_row(NAME, "basis epoch", size, timing, work=n, unit="observations",
                                N=n, P=p))  # fmt: skip
-        exact, _, (step, opt) = B.fit_exact_gpvae(jax.random.key(2), comps, cov, y, cfg.latent_dim,
-                                                  cfg.hidden, epochs=0)  # fmt: skip
-        args = (exact.params, opt.init(exact.params), jax.random.key(3))
-        timing = time_call(step, *args, n_runs=3)
+        exact, _, exact_epoch = B.fit_exact_gpvae(jax.random.key(2), model.config.components, cov,
+                                                  y)  # fmt: skip
+        timing = time_call(exact_epoch, exact.params, jax.random.key(3), n_runs=3)
         rows.append(result_row(NAME, "exact GP epoch", size, timing, work=n, unit="observations",
                                N=n, P=p))  # fmt: skip
 
     for p in spec["P"]:  # (b) fused vs naive SVI step
         cov, y = _problem(p, seed=p)
-        comps = components(cfg, p)
         n = cov.num_rows
-        batch = jnp.arange(cfg.batch_size)
+        batch = jnp.arange(BATCH)
         variants = {
             "fused gather/GEMM step": (True, False),
             "naive dense one-hot step": (False, False),
             "fused step, local subject samples": (True, True),
         }
         for impl, (fused, local) in variants.items():
-            trainer = G.make_trainer(_model(cfg, comps, fused, local), n, cfg.batch_size)
+            trainer = G.make_trainer(_model(p, fused, local), n, BATCH)
             state = trainer.init(jax.random.key(1), cov, y)
-            counts = state.data[3]
+            counts = state.level_counts
             update = jax.jit(
                 lambda s, c, yy, t=trainer, n=n, k=counts: t.svi.update(
                     s, c, yy, None, n, True, level_counts=k
                 )[0]
             )
             timing = time_call(update, state.svi_state, cov.take(batch), y[batch])
-            rows.append(result_row(NAME, impl, size, timing, work=cfg.batch_size,
-                                   unit="observations", P=p, batch=cfg.batch_size))  # fmt: skip
+            rows.append(result_row(NAME, impl, size, timing, work=BATCH,
+                                   unit="observations", P=p, batch=BATCH))  # fmt: skip
 
     # (c) the fused step with the batch sharded over devices
     p = spec["P"][0]
     cov, y = _problem(p, seed=p)
-    comps = components(cfg, p)
     b = spec["shard_batch"]
-    trainer = G.make_trainer(_model(cfg, comps), b, b)
+    trainer = G.make_trainer(_model(p), b, b)
     state = trainer.init(jax.random.key(1), cov.take(jnp.arange(b)), y[:b])
     update = jax.jit(lambda s, c, yy: trainer.svi.update(s, c, yy, None, b, True)[0])  # global
     n_dev = 1

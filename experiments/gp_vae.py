@@ -46,6 +46,7 @@ import numpy as np
 
 from experiments import _common
 from jaxlab.core.timing import time_call
+from jaxlab.core.training import scan_steps
 from jaxlab.probabilistic import gp_vae as G
 from jaxlab.probabilistic.gp_vae import baselines as B
 from jaxlab.probabilistic.gp_vae.data import TIME_MEAN, TIME_STD, health_digits, splits
@@ -118,40 +119,26 @@ PRESETS = {
 }
 
 
-def components(cfg: Config, n_subjects: int, with_disease_interaction: bool = True):
-    m, j = cfg.num_basis, cfg.boundary
-    comps = [
-        G.categorical("id", 2, n_subjects, subject=True),
-        G.se("t", 0, m, j),
-        G.se("age", 1, m, j),
-        G.binary("sex", 0),
-        G.binary("disease", 1),
-        G.se_x_categorical("t_x_disease", 0, 1, 2, m, j),
-        G.se_x_categorical("t_x_id", 0, 2, n_subjects, m, j, subject=True),
-    ]
-    if not with_disease_interaction:
-        comps = [c for c in comps if c.name != "t_x_disease"]
-    return tuple(comps)
+def model_config(cfg: Config, n_subjects: int, exclude: tuple[str, ...] = ()) -> G.GPVAEConfig:
+    """The DGBFGP configuration of this experiment for ``n_subjects`` subjects
+    (:func:`jaxlab.probabilistic.gp_vae.health_digits_config`, minus the ``exclude`` components)."""
+    return G.health_digits_config(
+        n_subjects, cfg.num_basis, cfg.boundary, exclude, latent_dim=cfg.latent_dim,
+        decoder_hidden=cfg.hidden, dropout=cfg.dropout, num_particles=cfg.num_particles,
+        local_subject_samples=cfg.local_subject_samples,
+    )  # fmt: skip
 
 
-def model_config(cfg: Config, comps, **overrides) -> G.GPVAEConfig:
-    """The DGBFGP configuration of this experiment (``overrides``: other GPVAEConfig fields)."""
-    fields = dict(latent_dim=cfg.latent_dim, output_dim=64, decoder_hidden=cfg.hidden,
-                  dropout=cfg.dropout, num_particles=cfg.num_particles,
-                  local_subject_samples=cfg.local_subject_samples)  # fmt: skip
-    return G.GPVAEConfig(comps, **{**fields, **overrides})
-
-
-def _dgbfgp(cfg: Config, comps, n_train: int):
-    model = G.make_model(model_config(cfg, comps))
+def _dgbfgp(cfg: Config, model_cfg: G.GPVAEConfig, n_train: int):
+    model = G.make_model(model_cfg)
     batch = min(cfg.batch_size, n_train)
     return model, G.make_trainer(model, n_train, batch, cfg.learning_rate)
 
 
-def _fit_dgbfgp(cfg, comps, cov, y, key):
-    model, trainer = _dgbfgp(cfg, comps, cov.num_rows)
+def _fit_dgbfgp(cfg, model_cfg, cov, y, key):
+    model, trainer = _dgbfgp(cfg, model_cfg, cov.num_rows)
     state = trainer.init(key, cov, y)
-    run = jax.jit(lambda s: jax.lax.scan(trainer.epoch, s, None, length=cfg.epochs))
+    run = jax.jit(lambda s: scan_steps(trainer.step, s, cfg.epochs))
     state, metrics = run(state)
     return model, trainer.params(state), np.asarray(metrics["loss"])
 
@@ -179,12 +166,13 @@ def _one_seed(cfg: Config, seed: int, models: tuple[str, ...] = MODELS) -> dict:
     train, future, new = splits(data, k_split)
     cov = data.covariates()
     y = jnp.asarray(data.images)
-    comps = components(cfg, cfg.n_subjects)
+    model_cfg = model_config(cfg, cfg.n_subjects)
+    comps = model_cfg.components
     c_tr, c_fu, c_new = cov.take(train), cov.take(future), cov.take(new)
     res, secs = {}, {}
 
     start = time.perf_counter()
-    model, params, dgb_losses = _fit_dgbfgp(cfg, comps, c_tr, y[train], k_dgb)
+    model, params, dgb_losses = _fit_dgbfgp(cfg, model_cfg, c_tr, y[train], k_dgb)
     secs["dgbfgp"] = time.perf_counter() - start
     res["dgbfgp"] = (G.predict(model, params, c_fu), G.predict(model, params, c_new, True))
 
@@ -235,7 +223,7 @@ def _one_seed(cfg: Config, seed: int, models: tuple[str, ...] = MODELS) -> dict:
     diseased = np.asarray(data.disease[future] == 1)
     out["mse_future_diseased"] = _mse(np.asarray(res["dgbfgp"][0])[diseased], y[future][diseased])
     if cfg.ablation:
-        no_int = components(cfg, cfg.n_subjects, with_disease_interaction=False)
+        no_int = model_config(cfg, cfg.n_subjects, exclude=("t_x_disease",))
         m2, p2, _ = _fit_dgbfgp(cfg, no_int, c_tr, y[train], k_abl)
         pred = np.asarray(G.predict(m2, p2, c_fu))
         out["ablation_no_t_x_disease"] = {
@@ -271,27 +259,27 @@ def _convergence_control(cfg: Config, seed: int) -> dict:
 def _time_epochs(cfg: Config, seed: int) -> dict:
     """Seconds per epoch of DGBFGP and the exact GP-prior VAE vs N: the median of
     ``timing_repeats`` blocked calls after compilation and two warm-up calls
-    (:func:`benchmarks._timing.time_call`, the benchmarks' timer)."""
+    (:func:`jaxlab.core.timing.time_call`, the benchmarks' timer)."""
     times = {"dgbfgp": {}, "dgbfgp_without_t_x_id": {}, "exact_gpvae": {}}
     for n in cfg.scaling_sizes:
         p = max(2, n // cfg.n_times)
         data = health_digits(jax.random.key(seed + n), p, cfg.n_times)
         cov, y = data.covariates(), jnp.asarray(data.images)
-        comps = components(cfg, p)
-        no_subject_time = tuple(c for c in comps if c.name != "t_x_id")
-        for name, cs in (("dgbfgp", comps), ("dgbfgp_without_t_x_id", no_subject_time)):
-            _, trainer = _dgbfgp(cfg, cs, cov.num_rows)
+        full = model_config(cfg, p)
+        no_subject_time = model_config(cfg, p, exclude=("t_x_id",))
+        for name, mc in (("dgbfgp", full), ("dgbfgp_without_t_x_id", no_subject_time)):
+            _, trainer = _dgbfgp(cfg, mc, cov.num_rows)
             state = trainer.init(jax.random.key(1), cov, y)
-            epoch = jax.jit(lambda s, t=trainer: t.epoch(s)[0])
+            epoch = jax.jit(lambda s, t=trainer: t.step(s)[0])
             timing = time_call(epoch, state, n_warmup=2, n_runs=cfg.timing_repeats)
             times[name][str(n)] = timing.median_s
 
         if n > cfg.exact_max_n:
             continue
-        exact, _, (step, opt) = B.fit_exact_gpvae(jax.random.key(2), comps, cov, y,
-                                                  cfg.latent_dim, cfg.hidden, epochs=0)  # fmt: skip
-        args = (exact.params, opt.init(exact.params), jax.random.key(3))
-        timing = time_call(step, *args, n_warmup=2, n_runs=cfg.timing_repeats)
+        exact, _, epoch = B.fit_exact_gpvae(jax.random.key(2), full.components, cov, y,
+                                            cfg.latent_dim, cfg.hidden, epochs=0)  # fmt: skip
+        timing = time_call(epoch, exact.params, jax.random.key(3), n_warmup=2,
+                           n_runs=cfg.timing_repeats)  # fmt: skip
         times["exact_gpvae"][str(n)] = timing.median_s
     return times
 

@@ -211,6 +211,24 @@ def linear_bne_params(learner, game):
     return set_layer(params, "Dense_2", (n - 1) / n)
 
 
+def test_bid_network_is_the_core_mlp_with_torch_init_at_its_own_level(key):
+    net = A.BidNet(hidden=(8, 4), output="abs")
+    p = net.init(key, jnp.zeros((1,)))["params"]
+    assert sorted(p) == ["Dense_0", "Dense_1", "Dense_2"]  # no MLP level in the path
+    for name, fan_in in (("Dense_0", 1), ("Dense_1", 8), ("Dense_2", 4)):
+        for leaf in (p[name]["kernel"], p[name]["bias"]):  # PyTorch default: U(+-1/sqrt(fan_in))
+            assert np.abs(leaf).max() <= 1 / np.sqrt(fan_in)
+        assert np.any(np.asarray(p[name]["bias"]) != 0)
+    v = jnp.linspace(0.0, 1.0, 5)
+    w = jax.tree_util.tree_map(np.asarray, p)
+    h = np.maximum(np.asarray(v)[:, None] @ w["Dense_0"]["kernel"] + w["Dense_0"]["bias"], 0)
+    h = np.maximum(h @ w["Dense_1"]["kernel"] + w["Dense_1"]["bias"], 0)
+    raw = (h @ w["Dense_2"]["kernel"] + w["Dense_2"]["bias"])[:, 0]
+    for output, fn in (("abs", np.abs), ("relu", lambda x: np.maximum(x, 0)), ("exp", np.exp)):
+        out = A.BidNet(hidden=(8, 4), output=output).apply({"params": p}, v)
+        np.testing.assert_allclose(out, fn(raw), rtol=1e-5, atol=1e-6)
+
+
 def test_bid_network_can_represent_the_bne():
     game = A.AuctionGame("fp", (4,))
     learner = A.make_learner(game, small_config())
@@ -325,7 +343,9 @@ def test_asymmetric_learner_updates_both_types():
     game = A.AuctionGame("fp", (1, 1), ((0.0, 0.5), (0.0, 1.0)))
     learner = A.make_learner(game, small_config(method="ug", learning_rate=0.2))
     state = learner.init(jax.random.key(8))
-    new, _ = learner.step(state)
+    assert state.step.shape == () and int(state.step) == 0
+    new, metrics = learner.step(state)  # x defaults to None
+    assert int(new.step) == 1 and set(metrics) == {"abr_fraction", "mean_abs_u1", "brd"}
     moved = jax.tree_util.tree_map(
         lambda a, b: jnp.abs(a - b).max(axis=tuple(range(1, a.ndim))), new.params, state.params
     )
@@ -364,6 +384,42 @@ def test_bad_input_raises_clear_errors():
             jax.random.key(0),
             jnp.int32(0),
         )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("estimator", "histogram"),
+        ("output", "softplus"),
+        ("learning_rate", 0.0),
+        ("temperature", -1.0),
+        ("first_order_tol", 0.0),
+        ("curvature_tol", -1e-3),
+        ("newton_clip", 0.0),
+        ("ante_samples", 0),
+        ("market_samples", 100.5),
+        ("chunk_size", 0),
+        ("forward_batch", 0),
+        ("init_steps", -1),
+        ("hidden", (32, 0)),
+    ],
+)
+def test_learner_config_errors_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        A.LearnerConfig(**{field: value})
+
+
+def test_game_errors_name_the_field_and_lists_become_tuples():
+    with pytest.raises(ValueError, match="`bidders_per_type`"):
+        A.AuctionGame("fp", (2, 0), ((0.0, 1.0), (0.0, 1.0)))
+    with pytest.raises(ValueError, match="`bidders_per_type` has 2 types but `value_ranges`"):
+        A.AuctionGame("fp", (1, 1))
+    with pytest.raises(ValueError, match="`value_ranges` must be"):
+        A.AuctionGame("fp", (2,), ((0.0, 0.5, 1.0),))
+    game = A.AuctionGame("fp", [1, 1], [[0.0, 0.5], [0.0, 1.0]])
+    assert game.bidders_per_type == (1, 1) and game.value_ranges == ((0.0, 0.5), (0.0, 1.0))
+    hash(game)
+    assert A.LearnerConfig(hidden=[16]).hidden == (16,)
 
 
 def test_config_is_hashable_and_frozen():

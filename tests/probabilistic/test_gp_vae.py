@@ -1,7 +1,9 @@
 """jaxlab.probabilistic.gp_vae: basis approximations, fused latents, ELBO, SVI, input checks."""
 
+import dataclasses
 import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -298,8 +300,10 @@ def test_svi_epochs_reduce_the_loss_and_predict_is_finite(key, local):
     )
     trainer = G.make_trainer(model, 64, batch_size=16, learning_rate=1e-2)
     state = trainer.init(key, cov, y)
-    epochs = jax.jit(lambda s: jax.lax.scan(trainer.epoch, s, None, length=40))
+    assert isinstance(state, G.GPVAEState) and int(state.step) == 0
+    epochs = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, length=40))
     state, metrics = epochs(state)
+    assert int(state.step) == 40 and set(metrics) == {"loss"}
     losses = np.asarray(metrics["loss"])
     assert losses[-5:].mean() < losses[:5].mean() - 0.5
     pred = G.predict(model, trainer.params(state), cov)
@@ -327,6 +331,110 @@ def test_bad_covariates_and_config_raise(key):
         G.make_trainer(model, 12, batch_size=4).init(key, cov, jnp.zeros((12, 5)))
     with pytest.raises(ValueError, match="num_basis"):
         G.hs_sqrt_eigenvalues(0, 1.0)
+    trainer = G.make_trainer(model, 12, batch_size=4)
+    with pytest.raises(ValueError, match="`y_mask` must have shape"):
+        trainer.init(key, cov, jnp.zeros((12, 4)), jnp.ones((12, 3)))
+    with pytest.raises(ValueError, match="n_total=12"):
+        trainer.init(key, cov.take(jnp.arange(8)), jnp.zeros((8, 4)))
+    with pytest.raises(ValueError, match="`x` must be None"):
+        trainer.step(None, jnp.zeros(3))
+    with pytest.raises(ValueError, match="`learning_rate`"):
+        G.make_trainer(model, 12, batch_size=4, learning_rate=0.0)
+    with pytest.raises(ValueError, match="`cov.continuous` must have rank 2"):
+        G.check_covariates(cov._replace(continuous=cov.continuous[:, 0]), comps)
+    with pytest.raises(ValueError, match="`cov.categorical_mask` must have shape"):
+        G.check_covariates(cov._replace(categorical_mask=jnp.ones((12, 1))), comps)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("latent_dim", 0),
+        ("output_dim", 2.5),
+        ("decoder_hidden", (8, 0)),
+        ("dropout", 1.0),
+        ("alpha_init", -1.0),
+        ("lengthscale_init", 0.0),
+        ("hyper_scale_init", 0.0),
+        ("spectral_jitter", -1e-3),
+        ("vy_floor", 0.0),
+        ("kl_weight", -0.1),
+        ("num_particles", 0),
+        ("fused", 1),
+        ("local_subject_samples", "yes"),
+    ],
+)
+def test_config_errors_name_the_field(field, value):
+    with pytest.raises(ValueError, match=f"`{field}`"):
+        G.GPVAEConfig((G.se("t", 0),), **{field: value})
+
+
+def test_config_is_frozen_hashable_and_components_are_validated():
+    cfg = G.GPVAEConfig([G.se("t", 0), G.binary("sex", 0)], decoder_hidden=[16])
+    assert isinstance(cfg.components, tuple) and cfg.decoder_hidden == (16,)
+    hash(cfg)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.latent_dim = 3  # type: ignore[misc]
+    with pytest.raises(ValueError, match="`kind` must be one of"):
+        G.Component("a", "periodic", continuous=0)
+    with pytest.raises(ValueError, match="component 'a': `levels` must be >= 1"):
+        G.categorical("a", 0, 0)
+    with pytest.raises(ValueError, match="`num_basis` must be >= 1"):
+        G.se("a", 0, num_basis=0)
+    with pytest.raises(ValueError, match="`boundary` must be > 0"):
+        G.se("a", 0, boundary=0.0)
+    with pytest.raises(ValueError, match="needs a column index `continuous`"):
+        G.Component("a", "se")
+    with pytest.raises(ValueError, match="`subject` needs a one-hot kind"):
+        G.Component("a", "se", continuous=0, subject=True)
+    with pytest.raises(ValueError, match="`components` must not be empty"):
+        G.GPVAEConfig(())
+
+
+class HandWrittenDecoder(nn.Module):
+    """The decoder gp_vae used to define itself: Dense -> ReLU -> Dropout per hidden width."""
+
+    hidden: tuple
+    output_dim: int
+    dropout: float
+
+    @nn.compact
+    def __call__(self, z, deterministic=True):
+        for h in self.hidden:
+            z = nn.Dropout(self.dropout, deterministic=deterministic)(nn.relu(nn.Dense(h)(z)))
+        return nn.Dense(self.output_dim)(z)
+
+
+def test_decoder_is_the_core_mlp_with_the_same_params_and_dropout_stream(key):
+    cfg = G.GPVAEConfig((G.se("t", 0),), latent_dim=3, output_dim=5, decoder_hidden=(16, 8),
+                        dropout=0.3)  # fmt: skip
+    dec, ref = cfg.decoder(), HandWrittenDecoder((16, 8), 5, 0.3)
+    z = jax.random.normal(key, (7, 3))
+    p, p_ref = dec.init(key, z), ref.init(key, z)
+    assert sorted(p["params"]) == ["Dense_0", "Dense_1", "Dense_2"]
+    jax.tree_util.tree_map(np.testing.assert_array_equal, p, p_ref)
+    rng = {"dropout": jax.random.fold_in(key, 1)}
+    out = dec.apply(p, z, deterministic=False, rngs=rng)
+    np.testing.assert_array_equal(out, ref.apply(p_ref, z, deterministic=False, rngs=rng))
+    assert not np.allclose(out, dec.apply(p, z))  # dropout was active
+
+
+def test_health_digits_components_and_config():
+    comps = G.health_digits_components(7, num_basis=5, boundary=3.0)
+    assert tuple(c.name for c in comps) == G.HEALTH_DIGITS_COMPONENTS
+    by_name = {c.name: c for c in comps}
+    assert by_name["id"].subject and by_name["t_x_id"].subject and by_name["t_x_id"].levels == 7
+    assert by_name["t"].num_basis == 5 and by_name["t"].boundary == 3.0
+    assert (by_name["age"].continuous, by_name["disease"].categorical) == (1, 1)
+    cfg = G.health_digits_config(7, exclude=("t_x_id",), latent_dim=4, num_particles=1)
+    assert "t_x_id" not in {c.name for c in cfg.components} and len(cfg.components) == 6
+    assert (cfg.output_dim, cfg.latent_dim, cfg.num_particles) == (64, 4, 1)
+    data = G.health_digits(jax.random.key(0), 3, 4)
+    G.check_covariates(data.covariates(), G.health_digits_components(3))  # columns and levels fit
+    with pytest.raises(ValueError, match="`exclude` names unknown components"):
+        G.health_digits_components(3, exclude=("time",))
+    with pytest.raises(ValueError, match="`n_subjects`"):
+        G.health_digits_components(0)
 
 
 def test_kl_matches_numpyro_closed_form():

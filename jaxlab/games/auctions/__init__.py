@@ -11,10 +11,16 @@ Response". Official code: https://github.com/Hesse73/Approx-BR-Grad (PyTorch).
 
 Example::
 
-    game = AuctionGame("fp", bidders_per_type=(10,))
-    learner = make_learner(game, LearnerConfig(method="abr", market_samples=4096))
-    state = learner.init(jax.random.key(0))
-    state, metrics = jax.jit(lambda s: scan_steps(learner.step, s, 1000))(state)
+    import jax
+    from jaxlab.core.training import scan_steps
+    from jaxlab.games.auctions import AuctionGame, LearnerConfig, l2_distance, make_learner
+
+    game = AuctionGame("fp", bidders_per_type=(3,))
+    config = LearnerConfig(method="abr", ante_samples=64, market_samples=512, init_steps=10)
+    learner = make_learner(game, config)
+    state = jax.jit(learner.init)(jax.random.key(0))
+    run = jax.jit(lambda s: scan_steps(learner.step, s, 20))  # 20 x step(state, None)
+    state, metrics = run(state)  # metrics: {"abr_fraction", "mean_abs_u1", "brd"}, each [20]
     l2 = l2_distance(learner.bid_fn(state.params, 0), game.bne()[0], 0.0, 1.0)
 """
 

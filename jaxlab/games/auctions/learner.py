@@ -42,6 +42,8 @@ import optax
 from flax import struct
 from jax.sharding import Mesh
 
+from jaxlab.core.checks import check_choice, check_int, check_positive
+from jaxlab.core.nn import MLP
 from jaxlab.core.sharding import constrain_batch
 from jaxlab.games.auctions import bne as bne_lib
 from jaxlab.games.auctions.market import (
@@ -83,17 +85,21 @@ class AuctionGame:
 
     def __post_init__(self):
         check_mechanism(self.mechanism, self.risk_aversion)
-        if len(self.bidders_per_type) != len(self.value_ranges):
+        counts = tuple(
+            check_int(c, "bidders_per_type", minimum=1) for c in tuple(self.bidders_per_type)
+        )
+        ranges = tuple(tuple(r) for r in self.value_ranges)
+        if any(len(r) != 2 for r in ranges):
+            raise ValueError(f"`value_ranges` must be (low, high) pairs, got {self.value_ranges}.")
+        object.__setattr__(self, "bidders_per_type", counts)  # tuples: hashable, jit-static
+        object.__setattr__(self, "value_ranges", ranges)
+        if len(counts) != len(ranges):
             raise ValueError(
-                f"`bidders_per_type` has {len(self.bidders_per_type)} types but `value_ranges` "
-                f"has {len(self.value_ranges)}."
+                f"`bidders_per_type` has {len(counts)} types but `value_ranges` has {len(ranges)}."
             )
-        if any(c < 1 for c in self.bidders_per_type) or self.n_bidders < 2:
-            raise ValueError(
-                f"`bidders_per_type` needs >= 1 bidder per type and n >= 2 in all, got "
-                f"{self.bidders_per_type}."
-            )
-        for lo, hi in self.value_ranges:
+        if self.n_bidders < 2:
+            raise ValueError(f"`bidders_per_type` needs n >= 2 bidders in all, got {counts}.")
+        for lo, hi in ranges:
             if not 0.0 <= lo < hi:
                 raise ValueError(f"`value_ranges` needs 0 <= low < high, got ({lo}, {hi}).")
 
@@ -154,56 +160,44 @@ class LearnerConfig:
     output: Literal["abs", "relu", "exp"] = "abs"
 
     def __post_init__(self):
-        if self.method not in ("ug", "abr"):
-            raise ValueError(f"`method` must be 'ug' or 'abr', got {self.method!r}.")
-        if self.estimator not in ("kde", "product_kde", "smooth"):
-            raise ValueError(
-                f"`estimator` must be 'kde', 'product_kde' or 'smooth', got {self.estimator!r}."
-            )
-        if not self.bandwidth > 0:
-            raise ValueError(f"`bandwidth` must be > 0, got {self.bandwidth}.")
-        if not self.temperature > 0:
-            raise ValueError(f"`temperature` must be > 0, got {self.temperature}.")
+        check_choice(self.method, "method", ("ug", "abr"))
+        check_choice(self.estimator, "estimator", ("kde", "product_kde", "smooth"))
+        check_choice(self.output, "output", ("abs", "relu", "exp"))
+        for name in ("learning_rate", "bandwidth", "temperature", "first_order_tol"):
+            check_positive(getattr(self, name), name)
+        check_positive(self.curvature_tol, "curvature_tol", strict=False)
+        if self.newton_clip is not None:
+            check_positive(self.newton_clip, "newton_clip")
         for name in ("ante_samples", "market_samples", "chunk_size", "forward_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
-        if self.output not in ("abs", "relu", "exp"):
-            raise ValueError(f"`output` must be 'abs', 'relu' or 'exp', got {self.output!r}.")
+            check_int(getattr(self, name), name, minimum=1)
+        check_int(self.init_steps, "init_steps", minimum=0)
+        hidden = tuple(check_int(h, "hidden", minimum=1) for h in tuple(self.hidden))
+        object.__setattr__(self, "hidden", hidden)
 
 
 # ----------------------------------------------------------------------------- network
 
 
-def _torch_uniform(fan_in: int):
-    """PyTorch's default Linear init, U(-1/sqrt(fan_in), 1/sqrt(fan_in)), for weights and biases."""
-    bound = 1.0 / np.sqrt(fan_in)
-
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, -bound, bound)
-
-    return init
-
-
 class BidNet(nn.Module):
-    """Bid network ``v -> b``: MLP with ReLU hidden layers and a non-negative output.
+    """Bid network ``v -> b``: :class:`jaxlab.core.nn.MLP` ``1 -> hidden -> 1`` and a bid >= 0.
 
-    Input ``[..., ]`` values, output ``[...]`` bids. Initialised like torchvision's ``ops.MLP``
-    (PyTorch default Linear init), as in the official code.
+    ReLU hidden layers, PyTorch's default Linear initialisation for kernels and biases
+    (``init_scheme="torch"``, as torchvision's ``ops.MLP`` in the official code), then ``abs``,
+    ``relu`` or ``exp`` of the scalar output. The MLP's layers sit at this module's level
+    (``params["params"]["Dense_0"]``, ...), via ``nn.share_scope``.
+
+    Call: ``net.apply(params, values [...]) -> bids [...]``.
     """
 
     hidden: tuple[int, ...] = (32, 32)
     output: str = "abs"
 
-    @nn.compact
+    def setup(self):
+        self.mlp = MLP((*self.hidden, 1), activation="relu", init_scheme="torch")
+        nn.share_scope(self, self.mlp)
+
     def __call__(self, values: jax.Array) -> jax.Array:
-        x = values[..., None]
-        fan_in = 1
-        for width in self.hidden:
-            init = _torch_uniform(fan_in)
-            x = nn.relu(nn.Dense(width, kernel_init=init, bias_init=init)(x))
-            fan_in = width
-        init = _torch_uniform(fan_in)
-        x = nn.Dense(1, kernel_init=init, bias_init=init)(x)[..., 0]
+        x = self.mlp(values[..., None])[..., 0]
         if self.output == "abs":
             return jnp.abs(x)
         if self.output == "relu":
@@ -216,12 +210,14 @@ class BidNet(nn.Module):
 
 @struct.dataclass
 class LearnerState:
-    """Training state. ``params`` leaves carry a leading type axis ``[T, ...]``.
+    """Training state of :func:`make_learner` (a pytree; ``T`` = number of bidder types).
 
     Attributes:
-      params: bid-network parameters, stacked over bidder types.
-      opt_state: optax SGD state.
-      key: PRNG key; step ``t`` uses ``fold_in(key, t)``.
+      params: bid-network parameters stacked over bidder types: ``{"params": {"Dense_k":
+        {"kernel": [T, d_in, d_out], "bias": [T, d_out]}}}`` (``Dense_0`` has ``d_in = 1``, the
+        last ``d_out = 1``).
+      opt_state: ``optax.sgd``'s state for ``params`` (stateless SGD: empty).
+      key: ``[]`` typed PRNG key of the run; step ``t`` draws from ``fold_in(key, t)``.
       step: ``[]`` int32, steps taken.
     """
 
@@ -246,7 +242,7 @@ class Learner(NamedTuple):
     """The learner's pure functions (see :func:`make_learner`)."""
 
     init: Callable[[jax.Array], LearnerState]
-    step: Callable[[LearnerState, object], tuple[LearnerState, dict]]
+    step: Callable[..., tuple[LearnerState, dict]]
     estimate: Callable[[dict, jax.Array, jax.Array], GradientEstimate]
     gradient: Callable[[dict, jax.Array, jax.Array], tuple[dict, GradientEstimate]]
     bid_fn: Callable[[dict, int], Callable[[jax.Array], jax.Array]]
@@ -264,11 +260,12 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         (it must be a multiple of the device count) and the market replicated.
 
     Returns:
-      A :class:`Learner`: ``init(key) -> state``; ``step(state, _) -> (state, metrics)`` with
-      metrics ``abr_fraction`` (share of samples under the Newton gradient), ``mean_abs_u1`` and
-      ``brd`` (mean ``1/2 (u'/u'')^2`` over gated samples); ``estimate(params, key, step)`` (the
-      bid-space estimate); ``gradient(params, key, step) -> (param_grads, estimate)``;
-      ``bid_fn(params, type)``; ``sample_market(params, key) -> [T, S_j]``.
+      A :class:`Learner`: ``init(key) -> state``; ``step(state, x=None) -> (state, metrics)``
+      (``x`` is unused: every step draws its own samples) with metrics ``abr_fraction`` (share of
+      samples under the Newton gradient), ``mean_abs_u1`` and ``brd`` (mean ``1/2 (u'/u'')^2``
+      over gated samples); ``estimate(params, key, step)`` (the bid-space estimate);
+      ``gradient(params, key, step) -> (param_grads, estimate)``; ``bid_fn(params, type)``;
+      ``sample_market(params, key) -> [T, S_j]``.
     """
     net = BidNet(hidden=config.hidden, output=config.output)
     n_types, counts = game.n_types, game.bidders_per_type
@@ -376,7 +373,8 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
 
         return jax.grad(surrogate)(params), est
 
-    def step(state: LearnerState, _=None) -> tuple[LearnerState, dict]:
+    def step(state: LearnerState, x=None) -> tuple[LearnerState, dict]:
+        del x  # no per-step input: the samples come from fold_in(state.key, state.step)
         key = jax.random.fold_in(state.key, state.step)
         grads, est = gradient(state.params, key, state.step)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)

@@ -1,8 +1,11 @@
 """Baselines for DGBFGP: covariate MLP regression, an amortised CVAE and an exact GP-prior VAE.
 
-All three share the DGBFGP decoder architecture (:class:`~.model.MLPDecoder`) and are trained with
-optax inside ``jit`` (epochs are ``lax.scan`` over minibatches, or one full-batch step for the
-exact GP-prior VAE, whose prior couples all ``N`` training points).
+All three share the DGBFGP decoder architecture (:meth:`~.model.GPVAEConfig.decoder`: a
+:class:`jaxlab.core.nn.MLP`, ReLU, dropout after each hidden layer; the encoders are ReLU MLPs
+too) and are trained with Adam inside ``jit`` through :mod:`jaxlab.core.training`
+(:func:`~jaxlab.core.training.minibatch_epochs` for the MLP and the CVAE;
+:func:`~jaxlab.core.training.fit`, one full-batch step per epoch, for the exact GP-prior VAE,
+whose prior couples all ``N`` training points).
 
 - :func:`covariate_features`: ``[t, age, ..., one-hot(subject)]`` inputs for the MLP and the CVAE;
   the subject one-hot is zero for new subjects (population-level prediction).
@@ -27,7 +30,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from jaxlab.probabilistic.gp_vae.model import Component, Covariates, MLPDecoder
+from jaxlab.core.nn import MLP
+from jaxlab.core.training import fit, minibatch_epochs
+from jaxlab.probabilistic.gp_vae.model import Component, Covariates
 
 VY_FLOOR = math.exp(-8)
 
@@ -53,50 +58,29 @@ def covariate_features(cov: Covariates, n_subjects: int, subject_column: int, ne
     return jnp.concatenate([cov.continuous.astype(jnp.float32), cats, onehot], axis=1)
 
 
-class _MLP(nn.Module):
-    hidden: tuple[int, ...]
-    out: int
-
-    @nn.compact
-    def __call__(self, x):
-        for h in self.hidden:
-            x = nn.relu(nn.Dense(h)(x))
-        return nn.Dense(self.out)(x)
-
-
 def _gaussian_nll(y, mean, vy):
     vy = jnp.broadcast_to(vy, y.shape)
     return 0.5 * jnp.sum((y - mean) ** 2 / vy + jnp.log(2 * jnp.pi * vy), axis=-1)
 
 
-def _epochs(loss_fn, params, data, key, epochs, batch_size, learning_rate):
-    """Adam over shuffled minibatches of ``data`` (a tuple of ``[N, ...]`` arrays), all in jit."""
-    opt = optax.adam(learning_rate)
-    n = data[0].shape[0]
-    n_batches = max(1, n // batch_size)
-    size = min(batch_size, n)
+def _minibatch_adam(loss_fn, params, data, key, epochs, batch_size, learning_rate):
+    """Adam over shuffled minibatches of ``data`` (a tuple of ``[N, ...]`` arrays), all in jit.
 
-    def epoch(carry, k):
-        params, opt_state = carry
-        order = jax.random.permutation(k, n)[: n_batches * size].reshape(n_batches, size)
-
-        def step(carry, idx):
-            params, opt_state, i = carry
-            batch = tuple(d[idx] for d in data)
-            loss, grads = jax.value_and_grad(loss_fn)(params, batch, jax.random.fold_in(k, i))
-            updates, opt_state = opt.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state, i + 1), loss
-
-        (params, opt_state, _), losses = jax.lax.scan(step, (params, opt_state, 0), order)
-        return (params, opt_state), jnp.mean(losses)
-
-    run = jax.jit(lambda p, s, ks: jax.lax.scan(epoch, (p, s), ks))
-    (params, _), losses = run(params, opt.init(params), jax.random.split(key, epochs))
-    return params, losses
+    :func:`jaxlab.core.training.minibatch_epochs`: epoch ``e`` shuffles with
+    ``split(key, epochs)[e]`` and batch ``i`` gets ``fold_in(k_e, i)``.
+    """
+    run = jax.jit(
+        lambda p, d, k: minibatch_epochs(
+            loss_fn, p, optax.adam(learning_rate), d, k, epochs=epochs, batch_size=batch_size
+        )
+    )
+    return run(params, tuple(data), key)
 
 
 class Regression(NamedTuple):
-    net: _MLP
+    """A trained covariate -> image MLP; :meth:`predict` maps features ``[N, F]`` to ``[N, D]``."""
+
+    net: MLP
     params: dict
 
     def predict(self, feats):
@@ -105,11 +89,13 @@ class Regression(NamedTuple):
 
 def fit_regression(key, feats, y, hidden=(64, 64), epochs=60, batch_size=128, learning_rate=5e-3):
     """Covariate -> image MLP with squared error. Returns ``(Regression, losses)``."""
-    net = _MLP(tuple(hidden), y.shape[1])
+    net = MLP((*hidden, y.shape[1]))
     k_init, k_run = jax.random.split(key)
     params = net.init(k_init, feats[:1])
     loss = lambda p, b, k: jnp.mean(jnp.sum((net.apply(p, b[0]) - b[1]) ** 2, axis=-1))  # noqa: E731
-    params, losses = _epochs(loss, params, (feats, y), k_run, epochs, batch_size, learning_rate)
+    params, losses = _minibatch_adam(
+        loss, params, (feats, y), k_run, epochs, batch_size, learning_rate
+    )
     return Regression(net, params), losses
 
 
@@ -123,9 +109,9 @@ class CVAE(nn.Module):
     vy_floor: float = VY_FLOOR
 
     def setup(self):
-        self.encoder = _MLP(self.hidden, 2 * self.latent_dim)
-        self.prior = _MLP(self.hidden, 2 * self.latent_dim)
-        self.decoder = MLPDecoder(self.hidden, self.output_dim, self.dropout)
+        self.encoder = MLP((*self.hidden, 2 * self.latent_dim))
+        self.prior = MLP((*self.hidden, 2 * self.latent_dim))
+        self.decoder = MLP((*self.hidden, self.output_dim), dropout=self.dropout)
         self.vy_raw = self.param("vy_raw", nn.initializers.zeros, (self.output_dim,))
 
     def _gauss(self, net, inp):
@@ -162,7 +148,9 @@ def fit_cvae(
         k1, k2 = jax.random.split(k)
         return jnp.mean(model.apply(p, b[1], b[0], k1, rngs={"dropout": k2}))
 
-    params, losses = _epochs(loss, params, (feats, y), k_run, epochs, batch_size, learning_rate)
+    params, losses = _minibatch_adam(
+        loss, params, (feats, y), k_run, epochs, batch_size, learning_rate
+    )
     return (lambda x: model.apply(params, x, method=CVAE.predict)), losses
 
 
@@ -204,8 +192,8 @@ class ExactGPVAE(NamedTuple):
 
     components: tuple[Component, ...]
     params: dict
-    decoder: MLPDecoder
-    encoder: _MLP
+    decoder: MLP
+    encoder: MLP
     train_cov: Covariates
     train_y: jax.Array
     jitter: float
@@ -251,13 +239,15 @@ def fit_exact_gpvae(
     Negative ELBO per datum: ``[sum_i E_q -log p(y_i | z_i) + sum_l KL(q(z_l) || N(0, K))] / N``
     with ``q(z_l) = N(mu_l, diag sd_l^2)`` from the encoder and the KL of :func:`gp_prior_kl`;
     ``K`` is the exact additive kernel (+ ``jitter I``).
-    Returns ``(ExactGPVAE, losses, (step, opt))`` where ``step(params, opt_state, key)`` is the
-    jitted epoch and ``opt`` the optax optimiser, for timing; ``epochs=0`` only builds them (the
-    model then holds the initial parameters).
+    Training is :func:`jaxlab.core.training.fit` with Adam: step ``t`` draws its latent sample with
+    ``split(k_run, epochs)[t]``.
+    Returns ``(ExactGPVAE, losses [epochs], epoch)`` where ``epoch(params, key) -> (params,
+    loss [1])`` is one jitted full-batch epoch (the same ``fit``, one step from a fresh Adam
+    state), for timing; ``epochs=0`` only builds it (the model then holds the initial parameters).
     """
     n, d = y.shape
-    encoder = _MLP(tuple(hidden), 2 * latent_dim)
-    decoder = MLPDecoder(tuple(hidden), d, 0.0)
+    encoder = MLP((*hidden, 2 * latent_dim))
+    decoder = MLP((*hidden, d))
     k1, k2, k_run = jax.random.split(key, 3)
     hyper = {
         c.name: (jnp.zeros((), jnp.float32), jnp.log(jnp.asarray(0.5, jnp.float32)))
@@ -281,23 +271,9 @@ def fit_exact_gpvae(
         kl = gp_prior_kl(exact_kernel(components, cov, cov, p["hyper"]) + jitter * eye, mu, log_sd)
         return (rec + kl) / n
 
-    @jax.jit
-    def step(p, opt_state, k):
-        loss, grads = jax.value_and_grad(loss_fn)(p, k)
-        updates, opt_state = opt.update(grads, opt_state, p)
-        return optax.apply_updates(p, updates), opt_state, loss
-
-    def run(p, s, keys):
-        def body(carry, k):
-            p, s = carry
-            p, s, loss = step(p, s, k)
-            return (p, s), loss
-
-        return jax.lax.scan(body, (p, s), keys)
-
+    epoch = jax.jit(lambda p, k: fit(loss_fn, p, opt, 1, key=k))
     losses = jnp.zeros((0,))
     if epochs > 0:
-        keys = jax.random.split(k_run, epochs)
-        (params, _), losses = jax.jit(run)(params, opt.init(params), keys)
+        params, losses = jax.jit(lambda p, k: fit(loss_fn, p, opt, epochs, key=k))(params, k_run)
     model = ExactGPVAE(tuple(components), params, decoder, encoder, cov, y, jitter)
-    return model, losses, (step, opt)
+    return model, losses, epoch

@@ -1,6 +1,7 @@
 """The "Health-Digits" data: longitudinal images with subject, time, binary and interaction effects.
 
-Built from sklearn's bundled 8x8 digits (offline), as a stand-in for Health-MNIST. Each of ``P``
+Built from sklearn's bundled 8x8 digits (offline, :func:`jaxlab.core.data.load_digits`), as a
+stand-in for Health-MNIST. Each of ``P``
 subjects has a base digit image and static covariates age ``a_p ~ U(-1, 1)``, sex ``s_p`` and
 disease ``d_p`` (Bernoulli 1/2), observed at ``T`` irregular times ``t ~ U(0, 1)``. The image at
 time ``t`` is the base image
@@ -12,6 +13,10 @@ time ``t`` is the base image
 
 (bilinear warps with ``scipy.ndimage``), plus ``N(0, 0.05^2)`` pixel noise. Randomness comes
 from a JAX key; the warps run on the host.
+
+:func:`health_digits_components` is the additive GP prior the experiment fits to these covariates
+(subject id, SE(t), SE(age), sex, disease, SE(t) x disease, SE(t) x id) and
+:func:`health_digits_config` the full :class:`~.model.GPVAEConfig` built on it.
 """
 
 from __future__ import annotations
@@ -22,11 +27,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.ndimage
-from sklearn.datasets import load_digits
 
-from jaxlab.probabilistic.gp_vae.model import Covariates
+from jaxlab.core.data import load_digits
+from jaxlab.probabilistic.gp_vae.model import (
+    Component,
+    Covariates,
+    GPVAEConfig,
+    binary,
+    categorical,
+    se,
+    se_x_categorical,
+)
 
-__all__ = ["HealthDigits", "health_digits", "render", "splits"]
+__all__ = [
+    "HEALTH_DIGITS_COMPONENTS",
+    "HealthDigits",
+    "health_digits",
+    "health_digits_components",
+    "health_digits_config",
+    "render",
+    "splits",
+]
 
 TIME_MEAN, TIME_STD = 0.5, 1.0 / np.sqrt(12.0)  # standardise t ~ U(0, 1)
 
@@ -68,8 +89,7 @@ def health_digits(key: jax.Array, n_subjects: int, n_times: int = 20, noise: flo
     """Simulate ``n_subjects`` subjects with ``n_times`` observations each."""
     if n_subjects < 1 or n_times < 1:
         raise ValueError(f"need n_subjects, n_times >= 1; got {n_subjects}, {n_times}.")
-    digits = load_digits()
-    pool = digits.images / 16.0
+    pool, target = load_digits(scale="unit", layout="image", dtype=np.float64)  # [1797, 8, 8]
     keys = jax.random.split(key, 8)
     P, T = n_subjects, n_times
     pick = np.asarray(jax.random.randint(keys[0], (P,), 0, len(pool)))
@@ -94,7 +114,7 @@ def health_digits(key: jax.Array, n_subjects: int, n_times: int = 20, noise: flo
         age=rep(age),
         sex=rep(sex),
         disease=rep(disease),
-        digit=rep(digits.target[pick]),
+        digit=rep(target[pick]),
         rotation=angle.reshape(-1),
     )
 
@@ -114,3 +134,58 @@ def splits(data: HealthDigits, key: jax.Array, new_fraction: float = 0.2, future
     is_future = ~is_new & (position >= T - int(round(future_fraction * T)))
     train = ~is_new & ~is_future
     return np.flatnonzero(train), np.flatnonzero(is_future), np.flatnonzero(is_new)
+
+
+# Component names of :func:`health_digits_components`, in order.
+HEALTH_DIGITS_COMPONENTS = ("id", "t", "age", "sex", "disease", "t_x_disease", "t_x_id")
+
+
+def health_digits_components(
+    n_subjects: int,
+    num_basis: int = 24,
+    boundary: float = 4.0,
+    exclude: tuple[str, ...] = (),
+) -> tuple[Component, ...]:
+    """The additive prior for :meth:`HealthDigits.covariates`, minus the components in ``exclude``.
+
+    Continuous columns ``[t, age]``, categorical ``[sex, disease, subject]``; components (see
+    :data:`HEALTH_DIGITS_COMPONENTS`): ``id`` (subject effect), ``t``, ``age`` (SE), ``sex``,
+    ``disease`` (binary), ``t_x_disease`` (SE(t) x disease) and ``t_x_id`` (SE(t) x subject, a
+    subject effect). Every SE kind has ``num_basis`` functions on ``[-boundary, boundary]``.
+    """
+    if n_subjects < 1:
+        raise ValueError(f"`n_subjects` must be >= 1, got {n_subjects}.")
+    unknown = set(exclude) - set(HEALTH_DIGITS_COMPONENTS)
+    if unknown:
+        raise ValueError(
+            f"`exclude` names unknown components {sorted(unknown)}; known: "
+            f"{HEALTH_DIGITS_COMPONENTS}."
+        )
+    m, j = num_basis, boundary
+    comps = (
+        categorical("id", 2, n_subjects, subject=True),
+        se("t", 0, m, j),
+        se("age", 1, m, j),
+        binary("sex", 0),
+        binary("disease", 1),
+        se_x_categorical("t_x_disease", 0, 1, 2, m, j),
+        se_x_categorical("t_x_id", 0, 2, n_subjects, m, j, subject=True),
+    )
+    return tuple(c for c in comps if c.name not in exclude)
+
+
+def health_digits_config(
+    n_subjects: int,
+    num_basis: int = 24,
+    boundary: float = 4.0,
+    exclude: tuple[str, ...] = (),
+    **fields,
+) -> GPVAEConfig:
+    """:class:`~.model.GPVAEConfig` on :func:`health_digits_components` for ``[N, 64]`` images.
+
+    ``fields`` are the other ``GPVAEConfig`` fields (``latent_dim``, ``decoder_hidden``,
+    ``dropout``, ``num_particles``, ``local_subject_samples``, ``fused``, ...); ``output_dim``
+    defaults to 64, the 8 x 8 pixels.
+    """
+    comps = health_digits_components(n_subjects, num_basis, boundary, exclude)
+    return GPVAEConfig(comps, **{"output_dim": 64, **fields})

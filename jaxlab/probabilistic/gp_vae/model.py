@@ -28,7 +28,6 @@ import math
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -36,6 +35,15 @@ import numpyro
 import numpyro.distributions as dist
 from numpyro.contrib.module import flax_module
 
+from jaxlab.core.checks import (
+    check_choice,
+    check_in_range,
+    check_int,
+    check_positive,
+    check_rank,
+    is_concrete,
+)
+from jaxlab.core.nn import MLP
 from jaxlab.probabilistic.gp_vae.bases import (
     binary_features,
     hs_basis,
@@ -48,7 +56,6 @@ __all__ = [
     "Covariates",
     "GPVAEConfig",
     "GPVAEModel",
-    "MLPDecoder",
     "binary",
     "categorical",
     "check_covariates",
@@ -62,6 +69,7 @@ __all__ = [
 ]
 
 Kind = Literal["se", "binary", "categorical", "se_x_categorical"]
+KINDS = ("se", "binary", "categorical", "se_x_categorical")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +98,31 @@ class Component:
     num_basis: int = 24
     boundary: float = 4.0
     subject: bool = False
+
+    def __post_init__(self):
+        where = f"component {self.name!r}"
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"`name` must be a non-empty str, got {self.name!r}.")
+        if self.kind not in KINDS:
+            raise ValueError(f"{where}: `kind` must be one of {KINDS}, got {self.kind!r}.")
+        uses_continuous = self.kind in ("se", "se_x_categorical")
+        uses_categorical = self.kind != "se"
+        for field, needed in (("continuous", uses_continuous), ("categorical", uses_categorical)):
+            column = getattr(self, field)
+            if needed and (column is None or isinstance(column, bool) or column < 0):
+                raise ValueError(
+                    f"{where}: kind {self.kind!r} needs a column index `{field}` >= 0, got "
+                    f"{column!r}."
+                )
+        if self.kind in ("categorical", "se_x_categorical") and self.levels < 1:
+            raise ValueError(f"{where}: `levels` must be >= 1, got {self.levels}.")
+        if self.subject and self.kind not in ("categorical", "se_x_categorical"):
+            raise ValueError(f"{where}: `subject` needs a one-hot kind, got kind {self.kind!r}.")
+        if self.has_hyperparameters:
+            if self.num_basis < 1:
+                raise ValueError(f"{where}: `num_basis` must be >= 1, got {self.num_basis}.")
+            if not self.boundary > 0:
+                raise ValueError(f"{where}: `boundary` must be > 0, got {self.boundary}.")
 
     @property
     def has_hyperparameters(self) -> bool:
@@ -163,10 +196,12 @@ class Covariates(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class GPVAEConfig:
-    """DGBFGP hyperparameters (defaults: the spec's CPU reproduction).
+    """DGBFGP hyperparameters (defaults: the spec's CPU reproduction). Frozen and hashable.
+
+    Every field is validated on construction; an invalid one raises ``ValueError`` naming it.
 
     Attributes:
-      components: the additive components.
+      components: the additive components (a tuple, unique names; see :class:`Component`).
       latent_dim: ``L``.
       output_dim: ``D``.
       decoder_hidden: widths of the ReLU decoder MLP (dropout after each hidden layer).
@@ -212,64 +247,78 @@ class GPVAEConfig:
     local_subject_samples: bool = False
 
     def __post_init__(self):
-        names = [c.name for c in self.components]
-        if not names:
+        components = tuple(self.components)
+        object.__setattr__(self, "components", components)  # a tuple: hashable, jit-static
+        if not components:
             raise ValueError("`components` must not be empty.")
+        if not all(isinstance(c, Component) for c in components):
+            raise ValueError(f"`components` must be Component instances, got {components}.")
+        names = [c.name for c in components]
         if len(set(names)) != len(names):
             raise ValueError(f"`components` need unique names, got {names}.")
-        if self.objective not in ("elbo", "official"):
-            raise ValueError(f"`objective` must be 'elbo' or 'official', got {self.objective!r}.")
-        for c in self.components:
-            if c.kind in ("categorical", "se_x_categorical") and c.levels < 1:
-                raise ValueError(f"component {c.name!r}: `levels` must be >= 1, got {c.levels}.")
-            if c.subject and c.kind not in ("categorical", "se_x_categorical"):
-                raise ValueError(f"component {c.name!r}: `subject` needs a one-hot kind.")
-            if c.has_hyperparameters and (c.num_basis < 1 or c.boundary <= 0):
-                raise ValueError(f"component {c.name!r}: need num_basis >= 1 and boundary > 0.")
+        check_int(self.latent_dim, "latent_dim", minimum=1)
+        check_int(self.output_dim, "output_dim", minimum=1)
+        hidden = tuple(check_int(h, "decoder_hidden", minimum=1) for h in self.decoder_hidden)
+        object.__setattr__(self, "decoder_hidden", hidden)
+        check_in_range(self.dropout, "dropout", 0.0, 1.0, high_open=True)
+        for name in ("alpha_init", "lengthscale_init", "hyper_scale_init", "vy_floor"):
+            check_positive(getattr(self, name), name)
+        check_positive(self.spectral_jitter, "spectral_jitter", strict=False)
+        check_choice(self.objective, "objective", ("elbo", "official"))
+        check_positive(self.kl_weight, "kl_weight", strict=False)
+        check_int(self.num_particles, "num_particles", minimum=1)
+        for name in ("fused", "local_subject_samples"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be a bool, got {getattr(self, name)!r}.")
 
-
-class MLPDecoder(nn.Module):
-    """``g_psi: [..., L] -> [..., D]``, Linear-ReLU-Dropout blocks then a linear output."""
-
-    hidden: tuple[int, ...]
-    output_dim: int
-    dropout: float = 0.0
-
-    @nn.compact
-    def __call__(self, z: jax.Array, deterministic: bool = True) -> jax.Array:
-        for h in self.hidden:
-            z = nn.Dropout(self.dropout, deterministic=deterministic)(nn.relu(nn.Dense(h)(z)))
-        return nn.Dense(self.output_dim)(z)
+    def decoder(self) -> MLP:
+        """The decoder ``g_psi: [..., L] -> [..., D]``: :class:`jaxlab.core.nn.MLP` with widths
+        ``(*decoder_hidden, output_dim)``, ReLU and ``Dropout(dropout)`` after each hidden layer
+        and a linear output (parameters ``Dense_0``, ``Dense_1``, ...; call it with
+        ``deterministic=False`` and a ``"dropout"`` rng to train with dropout)."""
+        return MLP((*self.decoder_hidden, self.output_dim), activation="relu", dropout=self.dropout)
 
 
 def check_covariates(cov: Covariates, components: Sequence[Component]) -> None:
     """Raise ``ValueError`` for unknown categories, times outside ``[-J, J]`` or missing columns.
 
-    Only concrete (non-traced) arrays are checked; call this at the API boundary.
+    Shapes are always checked; values only where the arrays are concrete (not traced), so call
+    this at the API boundary.
     """
-    cont = np.asarray(cov.continuous)
-    cat = np.asarray(cov.categorical)
-    if cont.ndim != 2 or cat.ndim != 2 or cont.shape[0] != cat.shape[0]:
+    check_rank(cov.continuous, "cov.continuous", 2)
+    check_rank(cov.categorical, "cov.categorical", 2)
+    n, n_cont = np.shape(cov.continuous)
+    n_rows, n_cat = np.shape(cov.categorical)
+    if n != n_rows:
         raise ValueError(
             f"`cov.continuous` and `cov.categorical` must be [N, K] with the same N; got "
-            f"{cont.shape} and {cat.shape}."
+            f"{np.shape(cov.continuous)} and {np.shape(cov.categorical)}."
         )
+    for name, mask, width in (
+        ("cov.continuous_mask", cov.continuous_mask, n_cont),
+        ("cov.categorical_mask", cov.categorical_mask, n_cat),
+    ):
+        if mask is not None and np.shape(mask) != (n, width):
+            raise ValueError(f"`{name}` must have shape {(n, width)}, got {np.shape(mask)}.")
+    concrete = is_concrete((cov.continuous, cov.categorical))
+    cont = np.asarray(cov.continuous) if concrete else None
+    cat = np.asarray(cov.categorical) if concrete else None
     for c in components:
         if c.continuous is not None:
-            if c.continuous >= cont.shape[1]:
+            if c.continuous >= n_cont:
                 raise ValueError(f"component {c.name!r}: no continuous column {c.continuous}.")
-            col = cont[:, c.continuous]
-            if np.any(np.abs(col) >= c.boundary):
+            col = None if cont is None else cont[:, c.continuous]
+            if col is not None and np.any(np.abs(col) >= c.boundary):
                 raise ValueError(
                     f"component {c.name!r}: continuous covariate {c.continuous} has values up to "
                     f"{np.abs(col).max():.3g}, outside the basis domain (-{c.boundary}, "
                     f"{c.boundary}); increase `boundary`."
                 )
         if c.categorical is not None:
-            if c.categorical >= cat.shape[1]:
+            if c.categorical >= n_cat:
                 raise ValueError(f"component {c.name!r}: no categorical column {c.categorical}.")
-            col = cat[:, c.categorical]
-            if np.any(col < 0) or np.any(col >= c.levels):
+            col = None if cat is None else cat[:, c.categorical]
+            if col is not None and (np.any(col < 0) or np.any(col >= c.levels)):
                 bad = col[(col < 0) | (col >= c.levels)][0]
                 raise ValueError(
                     f"component {c.name!r}: categorical covariate {c.categorical} has the unknown "
@@ -402,6 +451,9 @@ def prior_scales(
 class GPVAEModel(NamedTuple):
     """``model`` and ``guide`` for ``numpyro.infer.SVI`` plus helpers on trained parameters.
 
+    ``decoder`` is the Flax decoder (:meth:`GPVAEConfig.decoder`); its trained parameters are
+    ``params["decoder$params"]`` of the SVI parameters.
+
     Both take ``(cov, y, y_mask, n_total, train, level_counts=None)``: a (mini)batch ``cov`` with
     ``[b, D]`` targets ``y`` (``None`` to sample), a ``[b, D]`` 0/1 mask or ``None``, the dataset
     size ``N``, whether decoder dropout is on, and (for ``local_subject_samples``) the training
@@ -409,14 +461,14 @@ class GPVAEModel(NamedTuple):
     """
 
     config: GPVAEConfig
-    decoder: MLPDecoder
+    decoder: MLP
     model: object
     guide: object
 
 
 def make_model(cfg: GPVAEConfig) -> GPVAEModel:
     """The NumPyro model and hand-written mean-field guide of DGBFGP for ``cfg``."""
-    decoder = MLPDecoder(cfg.decoder_hidden, cfg.output_dim, cfg.dropout)
+    decoder = cfg.decoder()
     L = cfg.latent_dim
 
     def kl_scale(c: Component) -> float:
