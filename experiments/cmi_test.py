@@ -35,13 +35,13 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-from flax import struct
 from scipy import stats
-from sklearn.datasets import load_digits
 from sklearn.linear_model import LogisticRegression
 from tqdm.auto import tqdm
 
 from experiments import _common
+from jaxlab.core.data import load_digits
+from jaxlab.core.training import map_in_chunks
 from jaxlab.stats import cmi_test as C
 
 NAME = "cmi_test"
@@ -168,54 +168,17 @@ def run_setting(config: Config, setting: str, nuisance: str, key, *, n=None, rep
 
 def digits_problem(seed: int):
     """``(x [N, 8], z [N, 56], y_h0 [N, 10], y_h1 [N, 10], clf)`` from sklearn digits in [0, 1]."""
-    digits = load_digits()
-    images = digits.images / 16.0
+    images, target = load_digits(layout="image", dtype=np.float64)  # counts / 16, [N, 8, 8]
     patch = np.zeros((8, 8), bool)
     patch[3:5, 2:6] = True
     x = images[:, patch]
     z = images[:, ~patch]
-    clf = LogisticRegression(max_iter=2000).fit(z, digits.target)
+    clf = LogisticRegression(max_iter=2000).fit(z, target)
     rng = np.random.default_rng(seed)
     y0 = clf.predict_proba(z) + 0.05 * rng.standard_normal((len(z), 10))
-    y1 = np.eye(10)[digits.target]
+    y1 = np.eye(10)[target]
     f = np.float32
     return x.astype(f), z.astype(f), y0.astype(f), y1.astype(f), clf
-
-
-@struct.dataclass
-class FixedSoftmax:
-    """The exact ``E[Y_h0 | Z]``: the data-generating classifier's probabilities (no fitting)."""
-
-    weight: jax.Array  # [dz, 10]
-    bias: jax.Array  # [10]
-
-    def fit(self, key, y, z, w):
-        del key, y, z, w
-        return ()
-
-    def predict(self, params, z):
-        return jax.nn.softmax(z @ self.weight + self.bias[None, :], -1)
-
-
-@struct.dataclass
-class ColumnBlocks:
-    """One regressor per block of ``y``'s columns (``sizes``), predictions concatenated."""
-
-    regressors: tuple
-    sizes: tuple[int, ...] = struct.field(pytree_node=False, default=())
-
-    def _split(self, y):
-        edges = np.cumsum((0, *self.sizes))
-        return [y[:, a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
-
-    def fit(self, key, y, z, w):
-        keys = jax.random.split(key, len(self.sizes))
-        return tuple(r.fit(k, yb, z, w) for r, k, yb in
-                     zip(self.regressors, keys, self._split(y), strict=True))  # fmt: skip
-
-    def predict(self, params, z):
-        return jnp.concatenate([r.predict(p, z) for r, p in
-                                zip(self.regressors, params, strict=True)], -1)  # fmt: skip
 
 
 IMAGING_ARMS = ("h0", "h1", "h0_oracle_regression")
@@ -226,12 +189,8 @@ def _imaging_tests(xs, zs, ys, keys, gen, reg, cfg):
     def one(x, z, y, key):
         k_fit, k_boot = jax.random.split(key)
         folds = C.cross_fit(x, y, z, k_fit, gen, reg, cfg)
-        out = []
-        for arm in range(len(IMAGING_ARMS)):
-            cols = slice(10 * arm, 10 * arm + 10)
-            f = folds._replace(y=folds.y[..., cols], m_hat=folds.m_hat[..., cols])
-            out.append(C.kernel_test_from_folds(f, k_boot, cfg).p_value)
-        return jnp.stack(out)
+        arms = C.response_blocks(folds, (10,) * len(IMAGING_ARMS))
+        return jnp.stack([C.kernel_test_from_folds(f, k_boot, cfg).p_value for f in arms])
 
     return jax.vmap(one)(xs, zs, ys, keys)
 
@@ -249,14 +208,14 @@ def imaging(config: Config) -> dict:
                     for _ in range(config.imaging_subsets)])  # fmt: skip
     y = np.concatenate([y0, y1, y0], 1)
     soft = C.SoftmaxRegressor(l2=1e-3, standardise=False)
-    exact = FixedSoftmax(jnp.asarray(clf.coef_.T, jnp.float32),
-                         jnp.asarray(clf.intercept_, jnp.float32))  # fmt: skip
-    reg = ColumnBlocks((soft, soft, exact), (10, 10, 10))
+    exact = C.SoftmaxMean(jnp.asarray(clf.coef_.T, jnp.float32),
+                          jnp.asarray(clf.intercept_, jnp.float32))  # fmt: skip
+    reg = C.ColumnBlocks((soft, soft, exact), (10, 10, 10))
     gen = C.GMMNGenerator(steps=config.imaging_steps, batch_size=config.gmmn_batch)
     keys = jax.random.split(jax.random.key(config.seed + 2), config.imaging_subsets)
     fn = functools.partial(_imaging_tests, gen=gen, reg=reg, cfg=make_test_config(config))
     data = (jnp.asarray(x[idx]), jnp.asarray(z[idx]), jnp.asarray(y[idx]), keys)
-    p = np.asarray(C.map_in_chunks(fn, data, max(1, config.chunk // 5)), np.float64)
+    p = np.asarray(map_in_chunks(fn, data, max(1, config.chunk // 5)), np.float64)
     res = {"subsets": config.imaging_subsets, "n": config.imaging_n}
     for a, arm in enumerate(IMAGING_ARMS):
         res[f"{arm}_ks_pvalue"] = float(stats.kstest(p[:, a], "uniform").pvalue)

@@ -41,12 +41,12 @@ import jax
 import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
-import optax
-from flax import struct
-from jax.scipy.special import betainc, ndtr
+from jax.scipy.special import betainc
 from scipy import stats
 
 from experiments import _common
+from jaxlab.core.data import digits_split
+from jaxlab.core.training import map_in_chunks
 from jaxlab.federated import robust_dkw as R
 
 NAME = "robust_dkw"
@@ -56,7 +56,7 @@ CLAIM = (
     "Hoeffding) and of f-divergence / Wasserstein-shifted networks, with vanishing gap as K grows"
 )
 DELTA = 0.05
-BETA = (2.0, 8.0)
+BETA = R.targets.BETA  # the source risk law Beta(2, 8) of E1 and E2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,10 +122,10 @@ def _cell(k: int, n: int) -> str:
 
 
 def _chunked(fn, keys: jax.Array, chunk: int, *args):
-    """``fn(keys_chunk, *args)`` over ``keys`` in chunks of ``chunk`` (host loop: one compiled
-    shape per chunk size), outputs concatenated along the replicate axis."""
-    outs = [fn(keys[i : i + chunk], *args) for i in range(0, keys.shape[0], chunk)]
-    return jax.tree_util.tree_map(lambda *a: np.concatenate([np.asarray(x) for x in a]), *outs)
+    """``fn(keys_chunk, *args)`` over ``keys`` in chunks of ``chunk`` replicates
+    (:func:`jaxlab.core.training.map_in_chunks`: one compiled shape), as NumPy arrays."""
+    out = map_in_chunks(lambda k: fn(k, *args), (keys,), chunk)
+    return jax.tree_util.tree_map(np.asarray, out)
 
 
 def _covers(bound: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -137,7 +137,7 @@ def _covers(bound: np.ndarray, target: np.ndarray) -> np.ndarray:
 
 
 @functools.partial(jax.jit, static_argnames=("k", "n", "points"))
-def _e1_covered(keys, k: int, n: int, points: int):
+def e1_covered(keys, k: int, n: int, points: int):
     """Per replicate: the band contains the Beta CDF, with and without the per-client term;
     and the band's two terms."""
     grid = jnp.linspace(0.0, 1.0, points)
@@ -160,13 +160,13 @@ def run_e1(config: Config, key) -> dict:
     cov, widths = {}, {}
     for i, (k, n) in enumerate(config.e1_cells):
         keys = jax.random.split(jax.random.fold_in(key, i), config.e1_replicates)
-        inside, _, eps_k, _ = _chunked(_e1_covered, keys, config.chunk, k, n, config.e1_points)
+        inside, _, eps_k, _ = _chunked(e1_covered, keys, config.chunk, k, n, config.e1_points)
         t = R.hoeffding_shift(n, k, DELTA / 2)
         cov[_cell(k, n)] = float(inside.mean())
         widths[_cell(k, n)] = {"eps_K": float(eps_k[0]), "t": float(t)}
     k, n = config.e1_control
     keys = jax.random.split(jax.random.fold_in(key, 99), config.e1_replicates)
-    with_t, control, _, _ = _chunked(_e1_covered, keys, config.chunk, k, n, config.e1_points)
+    with_t, control, _, _ = _chunked(e1_covered, keys, config.chunk, k, n, config.e1_points)
     return {
         "coverage": cov,
         "half_widths": widths,
@@ -176,43 +176,6 @@ def run_e1(config: Config, key) -> dict:
 
 
 # ---- E2: f-divergence coverage and tightness -----------------------------------------------------
-
-_R_GRID = (np.arange(40000) + 0.5) / 40000  # quadrature midpoints on [0, 1]
-_R_PDF = stats.beta.pdf(_R_GRID, *BETA)
-
-
-def _tilt_divergence(theta: float, divergence: str) -> float:
-    w = np.exp(theta * _R_GRID)
-    z = np.mean(_R_PDF * w)
-    ratio = w / z
-    if divergence == "kl":
-        return float(np.mean(_R_PDF * ratio * np.log(ratio)))
-    return float(np.mean(_R_PDF * (ratio - 1.0) ** 2))
-
-
-def tilt_theta(eps: float, divergence: str) -> float:
-    """``theta > 0`` with ``D_f(mu_theta || Beta(2, 8)) = eps`` (bisection on quadrature)."""
-    lo, hi = 0.0, 50.0
-    for _ in range(80):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if _tilt_divergence(mid, divergence) < eps else (lo, mid)
-    return 0.5 * (lo + hi)
-
-
-def tilt_tail(theta: float, lam: np.ndarray) -> np.ndarray:
-    """``P_{mu_theta}[R >= lam]`` by quadrature."""
-    dens = _R_PDF * np.exp(theta * _R_GRID)
-    tail = np.cumsum(dens[::-1])[::-1] / dens.sum()
-    idx = np.clip(np.searchsorted(_R_GRID, lam), 0, len(_R_GRID) - 1)
-    return np.where(lam <= 0.0, 1.0, tail[idx])
-
-
-def two_level_target(eps: float, divergence: str, lam: np.ndarray) -> np.ndarray:
-    """Tail of the worst two-level reweighting at the median of ``mu`` (``p = 1/2``)."""
-    a, b = R.two_level_weights(0.5, eps, 0.0, jnp.inf, divergence)
-    a, b = float(a), float(b)
-    g = stats.beta.sf(lam, *BETA)
-    return np.where(lam >= stats.beta.median(*BETA), a * g, 0.5 * a + b * (g - 0.5))
 
 
 @functools.partial(jax.jit, static_argnames=("k", "n"))
@@ -245,8 +208,8 @@ def run_e2(config: Config, key) -> dict:
     targets = {
         div: {
             float(e): {
-                "tilt": tilt_tail(tilt_theta(float(e), div), lam),
-                "two_level": two_level_target(float(e), div, lam),
+                "tilt": R.tilt_tail(R.tilt_theta(float(e), div), lam),
+                "two_level": R.two_level_target(float(e), div, lam),
             }
             for e in eps_grid
         }
@@ -294,54 +257,9 @@ def run_e2(config: Config, key) -> dict:
 # ---- E3: Wasserstein coverage --------------------------------------------------------------------
 
 
-def _gaussian_piece(mu, sigma, r):
-    """``E[(1 - u^2 / r^2) 1{0 < u < r}]`` for ``u ~ N(mu, sigma^2)`` (``r = 1 / sqrt(gamma)``)."""
-    a, b = -mu / sigma, (r - mu) / sigma
-    pa, pb = (
-        jnp.exp(-0.5 * a**2) / jnp.sqrt(2 * jnp.pi),
-        jnp.exp(-0.5 * b**2) / jnp.sqrt(2 * jnp.pi),
-    )
-    b_fin = jnp.where(jnp.isfinite(b), b, 0.0)
-    prob = ndtr(b) - ndtr(a)
-    m2 = mu**2 * prob + 2 * mu * sigma * (pa - pb) + sigma**2 * (prob + a * pa - b_fin * pb)
-    inv_r2 = jnp.where(jnp.isfinite(r), 1.0 / r**2, 0.0)
-    return prob - inv_r2 * m2
-
-
-def gaussian_client_risks(margin_means: jax.Array, gammas: jax.Array):
-    """Population risk ``[K]`` and adversarial risks ``[K, G]`` of binary Gaussian clients.
-
-    ``margin_means [K, 2]``: mean signed margin (distance units, SD 1) of each class; ``gamma = 0``
-    gives ``phi = 1``.
-    """
-    mis = ndtr(-margin_means)  # [K, 2]
-    g = gammas[None, None, :]
-    r = jnp.where(g > 0.0, 1.0 / jnp.sqrt(jnp.where(g > 0.0, g, 1.0)), jnp.inf)
-    piece = _gaussian_piece(margin_means[..., None], 1.0, r)
-    adv = (mis[..., None] + piece).mean(1)
-    return mis.mean(1), jnp.where(gammas[None, :] > 0.0, adv, 1.0)
-
-
 def lda_classifier(key, dim: int, spread: float, clients: int = 50, samples: int = 200):
     """LDA on a pooled source network: ``(weights [d, 2], bias [2])``, ``s_1 - s_0 = w.x + b``."""
-    x, y = _e3_draw(key, dim, spread, clients, samples)
-    x, y = np.asarray(x, np.float64).reshape(-1, dim), np.asarray(y).reshape(-1)
-    mu0 = x[y == 0].mean(0)
-    mu1 = x[y == 1].mean(0)
-    cov = np.cov(np.concatenate([x[y == 0] - mu0, x[y == 1] - mu1]).T).reshape(dim, dim)
-    w = np.linalg.solve(cov, mu1 - mu0)
-    b = -w @ (mu0 + mu1) / 2
-    return jnp.stack([-w / 2, w / 2], 1), jnp.array([-b / 2, b / 2])
-
-
-def _margin_means(weights, bias, means):
-    """Mean signed margins ``[K, 2]`` of each class for clients with means ``[K, d]``."""
-    w = weights[:, 1] - weights[:, 0]
-    b = bias[1] - bias[0]
-    norm = jnp.linalg.norm(w)
-    base = (means @ w + b) / norm  # [K]
-    along = w[0] / norm  # class offset +-e_1
-    return jnp.stack([-(base - along), base + along], 1)
+    return R.fit_lda(*R.sample_gaussian_clients(key, dim, spread, clients, samples))
 
 
 def run_e3(config: Config, key) -> dict:
@@ -394,7 +312,7 @@ def _e3_bounds(keys, weights, bias, gammas, lam, eps, dim, spread, clients, samp
     the plug-in dual ``min_gamma [gamma eps + mean_k R_adv_k]`` without finite-sample terms."""
 
     def one(key):
-        x, y = _e3_draw(key, dim, spread, clients, samples)
+        x, y = R.sample_gaussian_clients(key, dim, spread, clients, samples)
         mask = jnp.ones(y.shape, bool)
         risk, adv = R.local_adversarial_risks(weights, bias, x, y, mask, gammas)
         avg = jax.vmap(lambda e: R.wasserstein_average_bound(adv, gammas, e, samples, DELTA))(eps)
@@ -415,114 +333,46 @@ def _e3_targets(weights, bias, k_ref, k_shift, dense, lam, eps, dim, spread, cli
     target tail is if anything too high); (b) per-client translations ``N(0, eps / d I)``.
     """
     means = spread * jax.random.normal(k_ref, (clients, dim))
-    risk, adv = gaussian_client_risks(_margin_means(weights, bias, means), dense)
+    risk, adv = R.gaussian_client_risks(R.class_margin_means(weights, bias, means), dense)
     costs = jax.vmap(lambda t: R.transport_costs(risk, adv, dense, t, 0.0))(lam)  # [L, N]
     noise = jax.random.normal(k_shift, means.shape)
 
     def per_eps(e):
         avg_a = jnp.min(dense * e + adv.mean(0))
         tail_a = jax.vmap(lambda c: R.knapsack_fraction(c, e))(costs)
-        moved, _ = gaussian_client_risks(_margin_means(weights, bias, means + jnp.sqrt(e / dim) *
-                                                       noise), dense[:1])  # fmt: skip
+        moved_means = means + jnp.sqrt(e / dim) * noise
+        moved, _ = R.gaussian_client_risks(R.class_margin_means(weights, bias, moved_means),
+                                           dense[:1])  # fmt: skip
         tail_b = R.tail_fraction(moved, lam)
         return {"avg_a": avg_a, "tail_a": tail_a, "avg_b": moved.mean(), "tail_b": tail_b}
 
     return jax.lax.map(per_eps, eps)
 
 
-@functools.partial(jax.jit, static_argnames=("dim", "spread", "clients", "samples"))
-def _e3_draw(key, dim, spread, clients, samples):
-    km, ky, kx = jax.random.split(key, 3)
-    means = spread * jax.random.normal(km, (clients, dim))
-    y = jax.random.bernoulli(ky, 0.5, (clients, samples)).astype(jnp.int32)
-    sign = (2 * y - 1).astype(means.dtype)
-    centre = means[:, None, :] + sign[..., None] * jnp.eye(dim)[0][None, None, :]
-    return centre + jax.random.normal(kx, (clients, samples, dim)), y
-
-
 # ---- E4: digits network --------------------------------------------------------------------------
 
 
-@struct.dataclass
-class DigitsModel:
-    """A multinomial logistic regression on standardised digits pixels (a pytree)."""
-
-    w: jax.Array  # [64, 10]
-    b: jax.Array  # [10]
-    mean: jax.Array  # [64] training pixel means
-    sd: jax.Array  # [64] training pixel SDs, floored at 0.1
-
-    def logits(self, img: jax.Array) -> jax.Array:
-        """Class scores ``[..., 10]`` of images ``[..., 8, 8]`` with pixels in ``[0, 1]``."""
-        lead = (1,) * (img.ndim - 2)
-        flat = img.reshape(img.shape[:-2] + (64,))
-        f = (flat - self.mean.reshape(lead + (64,))) / self.sd.reshape(lead + (64,))
-        return f @ self.w + self.b.reshape(lead + (10,))
-
-    def predict(self, img: jax.Array) -> jax.Array:
-        """Labels ``[...]`` of images ``[..., 8, 8]``."""
-        return jnp.argmax(self.logits(img), -1)
-
-
 def digits_model(steps: int):
-    """The fixed 1437 / 360 digits split and a logistic regression fitted by Adam on the 1437.
+    """The fixed 1437 / 360 digits split and a logistic regression fitted by Adam on the 1437
+    (:func:`jaxlab.federated.robust_dkw.fit_digits_model`).
 
-    Returns ``(model, x_pool [360, 8, 8] in [0, 1], y_pool [360], test accuracy)``. Pixel SDs are
-    floored at 0.1 (border pixels are constant in training; a client's shift would otherwise
-    blow them up).
+    Returns ``(model, x_pool [360, 8, 8] in [0, 1], y_pool [360], test accuracy)``.
     """
-    flat, x_te, y_tr, y_te = _common.digits_split()
-    x_tr, x_te = flat.reshape(-1, 8, 8), x_te.reshape(-1, 8, 8)
-    init = DigitsModel(jnp.zeros((64, 10)), jnp.zeros((10,)), jnp.asarray(flat.mean(0)),
-                       jnp.asarray(np.maximum(flat.std(0), 0.1)))  # fmt: skip
-    opt = optax.adam(0.05)
-    xs, ys = jnp.asarray(x_tr), jnp.asarray(y_tr)
-
-    def loss(wb):
-        logits = init.replace(w=wb[0], b=wb[1]).logits(xs)
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits, ys).mean()
-        return ce + 1e-3 * jnp.sum(wb[0] ** 2)
-
-    @jax.jit
-    def fit(wb):
-        def step(carry, _):
-            p, s = carry
-            u, s = opt.update(jax.grad(loss)(p), s, p)
-            return (optax.apply_updates(p, u), s), None
-
-        (wb, _), _ = jax.lax.scan(step, (wb, opt.init(wb)), None, length=steps)
-        return wb
-
-    w, b = fit((init.w, init.b))
-    model = init.replace(w=w, b=b)
+    x_tr, x_te, y_tr, y_te = digits_split(layout="image")
+    model = R.fit_digits_model(x_tr, y_tr, steps)
     x_te, y_te = jnp.asarray(x_te), jnp.asarray(y_te)
     return model, x_te, y_te, float((model.predict(x_te) == y_te).mean())
 
 
-@jax.jit
-def _client_risks(model: DigitsModel, keys, x_pool, y_pool, alpha):
-    def one(k):
-        kp, ka, kb = jax.random.split(k, 3)
-        pi = jax.random.dirichlet(kp, jnp.full((10,), alpha))
-        a = jnp.eye(8) + 0.05 * jax.random.normal(ka, (8, 8))
-        b = 0.05 * jax.random.normal(kb, (8, 8))
-        shifted = jnp.einsum("ij,pjk->pik", a, x_pool) + b[None, :, :]
-        wrong = (model.predict(shifted) != y_pool).astype(jnp.float32)
-        onehot = jax.nn.one_hot(y_pool, 10)
-        err = (wrong[:, None] * onehot).sum(0) / onehot.sum(0)
-        return jnp.sum(pi * err)
-
-    return jax.vmap(one)(keys)
-
-
 def digits_clients(key, model, x_pool, y_pool, clients: int, alpha: float, chunk: int = 500):
     """Exact risks ``[clients]`` of clients with Dirichlet(alpha) label proportions and affine
-    image shifts: ``sum_c pi_c err_c(A, B)`` on the pool (keys padded to whole chunks, so one
-    compiled shape serves every call)."""
+    image shifts (:func:`jaxlab.federated.robust_dkw.shifted_client_risks`), ``chunk`` clients
+    per call; the keys are split for whole chunks, so one compiled shape serves every call."""
     keys = jax.random.split(key, -(-clients // chunk) * chunk)
-    out = [np.asarray(_client_risks(model, keys[i : i + chunk], x_pool, y_pool, alpha))
-           for i in range(0, keys.shape[0], chunk)]  # fmt: skip
-    return np.concatenate(out)[:clients]
+    risks = map_in_chunks(
+        lambda k: R.shifted_client_risks(model, k, x_pool, y_pool, alpha), (keys,), chunk
+    )
+    return np.asarray(risks)[:clients]
 
 
 @functools.partial(jax.jit, static_argnames=("n",))

@@ -3,6 +3,8 @@
 import dataclasses
 import json
 
+import jax
+
 from experiments import robust_dkw as E
 from experiments._runner import Experiment, run_experiment
 
@@ -50,3 +52,9 @@ def test_tiny_robust_dkw_run(tmp_path):
         "tightness_ladder.png",
     ):
         assert (tmp_path / name).exists(), name
+
+
+def test_e1_property_coverage():
+    keys = jax.random.split(jax.random.key(11), 100)
+    inside, _, _, _ = E.e1_covered(keys, 200, 200, 256)
+    assert float(inside.mean()) >= 0.9

@@ -1,4 +1,6 @@
-"""Robust DKW certificates: closed forms, a generic solver, duality identities, invariants."""
+"""Robust DKW certificates: closed forms, a generic solver, duality identities, invariants; the
+studies' reference truths (Gaussian closed-form risks, tilted and two-level targets, the digits
+network)."""
 
 import math
 
@@ -6,8 +8,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy import integrate, stats
 
 from benchmarks import dkw_bounds as bench
+from jaxlab.core.data import digits_split
 from jaxlab.federated import robust_dkw as R
 
 
@@ -262,14 +266,6 @@ def test_sharded_clients_equal_unsharded(mesh, key):
     assert len(sharded[1].sharding.device_set) == 4
 
 
-def test_e1_property_coverage():
-    from experiments.robust_dkw import _e1_covered
-
-    keys = jax.random.split(jax.random.key(11), 100)
-    inside, _, _, _ = _e1_covered(keys, 200, 200, 256)
-    assert float(inside.mean()) >= 0.9
-
-
 def test_clear_errors():
     r = jnp.array([0.1, 0.5, 0.2])
     lam = jnp.linspace(0, 1, 5)
@@ -293,8 +289,133 @@ def test_clear_errors():
         R.wasserstein_average_bound(adv, jnp.array([0.0, 1.0, 2.0]), 0.1, 10)
     with pytest.raises(ValueError, match="delta"):
         R.wasserstein_tail_bound(r, adv, jnp.array([0.0, 1.0]), lam, 0.1, 10, delta=1.5)
+    with pytest.raises(ValueError, match="n_min"):
+        R.dkw_band(r, lam, 0)
+    with pytest.raises(ValueError, match="`n`"):
+        R.robust_tail_bound(r, lam, 0.1, n=-3)
     with pytest.raises(ValueError, match="same clients"):
         R.wasserstein_tail_bound(r[:2], adv, jnp.array([0.0, 1.0]), lam, 0.1, 10)
     with pytest.raises(ValueError, match=r"\[K, n, d\]"):
         w, b = _linear()
         R.local_adversarial_risks(w, b, jnp.ones((3, 2)), jnp.zeros((3,), int), r > 0, lam)
+
+
+# ---- reference truths of the studies ---------------------------------------------------------
+
+
+def test_gaussian_piece_matches_quadrature():
+    for mu in (-1.0, 0.0, 0.7, 2.5):
+        for r in (0.3, 1.0, 4.0, np.inf):
+            dens = lambda u, mu=mu, r=r: (1.0 - (u / r) ** 2) * stats.norm.pdf(u, mu)  # noqa: E731
+            want = integrate.quad(dens, 0.0, r)[0]
+            got = float(R.gaussian_piece(jnp.asarray(mu), 1.0, jnp.asarray(r)))
+            assert got == pytest.approx(want, abs=2e-6), (mu, r)
+
+
+def test_gaussian_client_risks_match_sampled_clients(key):
+    # spread 0: every client has mean 0, so the exact risks are one value per gamma, and the
+    # library's empirical adversarial risks of sampled clients must agree within sampling error
+    x, y = R.sample_gaussian_clients(key, 2, 0.0, 4, 5000)
+    assert x.shape == (4, 5000, 2) and y.shape == (4, 5000)
+    weights, bias = R.fit_lda(x, y)
+    w = np.asarray(weights[:, 1] - weights[:, 0])
+    np.testing.assert_allclose(w, [2.0, 0.0], atol=0.1)  # Sigma = I, mu_1 - mu_0 = 2 e_1
+    assert abs(float(bias[1] - bias[0])) < 0.1
+    gammas = jnp.array([0.0, 0.5, 2.0, 100.0])
+    exact = jax.jit(lambda w, b, g: R.gaussian_client_risks(R.class_margin_means(w, b, g), gammas))
+    risk, adv = exact(weights, bias, jnp.zeros((1, 2)))
+    emp_risk, emp_adv = R.local_adversarial_risks(weights, bias, x, y, jnp.ones(y.shape, bool),
+                                                  gammas)  # fmt: skip
+    se = np.sqrt(0.25 / 20000)
+    assert abs(float(emp_risk.mean()) - float(risk[0])) < 4 * se
+    np.testing.assert_allclose(emp_adv.mean(0), adv[0], atol=4 * se)
+    assert float(adv[0, 0]) == 1.0  # gamma = 0: phi = 1
+    assert np.all(np.diff(np.asarray(adv[0])) <= 0.0)
+    # gamma -> inf: the plain risk (float64: in float32 the truncated moments cancel there)
+    with jax.enable_x64(True):
+        mu = jnp.array([[0.4, 1.5]], jnp.float64)
+        risk, adv = jax.jit(R.gaussian_client_risks)(mu, jnp.array([1e2, 1e4, 1e6], jnp.float64))
+        assert np.all(np.diff(np.asarray(adv[0])) <= 0.0)
+        assert 0.0 <= float(adv[0, -1]) - float(risk[0]) < 1e-3
+
+
+def test_class_margin_means_known_answer():
+    weights, bias = jnp.array([[-0.5, 0.5], [0.0, 0.0]]), jnp.zeros(2)  # w = e_1, b = 0
+    means = jnp.array([[0.3, -1.0], [-2.0, 5.0]])
+    # class 0 at m - e_1 has margin -(m_1 - 1); class 1 at m + e_1 has margin m_1 + 1
+    np.testing.assert_allclose(R.class_margin_means(weights, bias, means),
+                               [[0.7, 1.3], [3.0, -1.0]], atol=1e-6)  # fmt: skip
+    scaled = R.class_margin_means(3.0 * weights, 3.0 * bias, means)  # scale-free distances
+    np.testing.assert_allclose(scaled, R.class_margin_means(weights, bias, means), atol=1e-6)
+
+
+@pytest.mark.parametrize("divergence", R.DIVERGENCES)
+def test_tilted_target_known_answers(divergence):
+    var = 2.0 * 8.0 / (10.0**2 * 11.0)  # Var Beta(2, 8)
+    assert R.tilt_divergence(0.0, divergence) == pytest.approx(0.0, abs=1e-8)  # quadrature
+    # second order in theta: chi2 = theta^2 Var R, KL = theta^2 Var R / 2
+    small = R.tilt_divergence(0.05, divergence)
+    assert small == pytest.approx(0.05**2 * var * (1.0 if divergence == "chi2" else 0.5), rel=0.05)
+    theta = R.tilt_theta(0.2, divergence)
+    assert R.tilt_divergence(theta, divergence) == pytest.approx(0.2, rel=1e-6)
+    lam = np.linspace(0.0, 0.8, 33)
+    np.testing.assert_allclose(R.tilt_tail(0.0, lam), stats.beta.sf(lam, 2.0, 8.0), atol=2e-4)
+    tail = R.tilt_tail(theta, lam)
+    assert tail[0] == 1.0 and np.all(np.diff(tail) <= 0.0)
+    assert np.all(tail >= stats.beta.sf(lam, 2.0, 8.0) - 2e-4)  # tilting up moves mass up
+    # a target within the budget never exceeds the population worst case
+    worst = R.chi2_worst_tail if divergence == "chi2" else R.kl_worst_tail
+    assert np.all(tail <= np.asarray(worst(stats.beta.sf(lam, 2.0, 8.0), 0.2)) + 2e-4)
+
+
+@pytest.mark.parametrize("divergence", R.DIVERGENCES)
+def test_two_level_target_known_answers(divergence):
+    eps = 0.2
+    median = stats.beta.median(2.0, 8.0)
+    with jax.enable_x64(True):
+        a, b = (float(v) for v in R.two_level_weights(0.5, eps, 0.0, jnp.inf, divergence))
+    f = lambda t: t * np.log(t) if divergence == "kl" else (t - 1.0) ** 2  # noqa: E731
+    assert 0.5 * a + 0.5 * b == pytest.approx(1.0, abs=1e-6)  # a probability reweighting
+    assert 0.5 * f(a) + 0.5 * f(b) == pytest.approx(eps, abs=1e-5)  # spends the whole budget
+    lam = np.array([0.0, 0.1, median, 0.4, 0.8])
+    tail = R.two_level_target(eps, divergence, lam)
+    assert tail[0] == pytest.approx(1.0, abs=1e-6)
+    worst = R.chi2_worst_tail if divergence == "chi2" else R.kl_worst_tail
+    assert tail[2] == pytest.approx(float(worst(0.5, eps)), abs=1e-5)  # worst case at the median
+    assert np.all(tail <= np.asarray(worst(stats.beta.sf(lam, 2.0, 8.0), eps)) + 1e-5)
+    if divergence == "chi2":
+        assert tail[2] == pytest.approx(0.5 + np.sqrt(eps) / 2, abs=1e-5)
+
+
+def test_target_errors_name_the_argument():
+    with pytest.raises(ValueError, match="divergence"):
+        R.tilt_divergence(1.0, "tv")
+    with pytest.raises(ValueError, match="eps"):
+        R.two_level_target(-0.1, "kl", np.zeros(3))
+    with pytest.raises(ValueError, match="points"):
+        R.beta_quadrature(points=0)
+
+
+def test_digits_model_and_client_risks():
+    x_tr, x_te, y_tr, y_te = digits_split(layout="image")
+    model = R.fit_digits_model(x_tr, y_tr, 60)
+    assert model.w.shape == (64, 10) and model.b.shape == (10,)
+    np.testing.assert_allclose(model.mean, x_tr.reshape(-1, 64).mean(0), rtol=1e-6)
+    assert float(model.sd.min()) >= 0.1  # constant border pixels get the floor
+    acc = float((model.predict(jnp.asarray(x_te)) == y_te).mean())
+    assert acc > 0.9, acc
+    keys = jax.random.split(jax.random.key(0), 8)
+    pool_x, pool_y = jnp.asarray(x_te), jnp.asarray(y_te)
+    # without a shift (one compiled program; the shifted clients run in the experiment's test):
+    # a model whose predictions are the labels has risk 0, and a constant model (always class 0)
+    # errs on every other class, risk = 1 - pi_0, which is 0.9 for near-uniform proportions
+    labels = model.predict(pool_x)
+    zero = R.shifted_client_risks(model, keys, pool_x, labels, 0.4, shift_sd=0.0)
+    np.testing.assert_array_equal(zero, 0.0)
+    const = model.replace(w=jnp.zeros_like(model.w), b=jnp.eye(10)[0])
+    risk = R.shifted_client_risks(const, keys, pool_x, pool_y, 1e6, shift_sd=0.0)
+    np.testing.assert_allclose(risk, 0.9, atol=2e-3)
+    with pytest.raises(ValueError, match="x_train"):
+        R.fit_digits_model(x_tr.reshape(-1, 64), y_tr, 5)
+    with pytest.raises(ValueError, match="steps"):
+        R.fit_digits_model(x_tr, y_tr, -1)

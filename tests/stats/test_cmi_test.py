@@ -1,5 +1,5 @@
 """jaxlab.stats.cmi_test: the statistic against a loop, exact zeros, bootstrap moments, invariances,
-calibration, GCM by hand, cross-fitting, sharding and input errors."""
+calibration, GCM by hand, cross-fitting, column blocks, sharding, config and input errors."""
 
 import dataclasses
 
@@ -270,7 +270,7 @@ def test_bad_inputs_raise_clear_errors(key):
     kw = dict(generator=C.LinearGaussianGenerator(), regressor=C.RidgeRegressor(), config=TINY)
     with pytest.raises(ValueError, match="sample counts differ"):
         C.cmi_test(x, y, z, key, **kw)
-    with pytest.raises(ValueError, match="`y` has non-finite"):
+    with pytest.raises(ValueError, match="`y` must be finite"):
         C.cmi_test(x, y.at[3, 0].set(jnp.nan), z[:1].repeat(20, 0), key, **kw)
     with pytest.raises(ValueError, match="`x` must be"):
         C.cmi_test(jnp.ones((20, 2, 2)), y, jnp.ones((20, 3)), key, **kw)
@@ -282,3 +282,85 @@ def test_bad_inputs_raise_clear_errors(key):
         C.CMIConfig(kernel="rbf")
     with pytest.raises(ValueError, match="`setting`"):
         C.gaussian_design("a3")
+
+
+def test_column_blocks_fit_each_block_and_the_statistic_adds_over_blocks(key):
+    n, dz = 24, 3
+    ks = jax.random.split(key, 5)
+    z = jax.random.normal(ks[0], (n, dz))
+    weight, bias = jax.random.normal(ks[1], (dz, 3)), jnp.array([0.1, -0.2, 0.3])
+    exact, ridge = C.SoftmaxMean(weight, bias), C.RidgeRegressor(0.5)
+    reg = C.ColumnBlocks((ridge, exact), (2, 3))
+    y = jax.random.normal(ks[2], (n, 5))
+    x = jax.random.normal(ks[3], (n, 2))
+    w = jnp.ones(n)
+
+    @jax.jit  # one compiled program: the fitters are pytree arguments
+    def run(reg, x, y, z, key):
+        pred = reg.predict(reg.fit(key, y, z, w), z)
+        k0 = jax.random.split(key, 2)[0]
+        first = ridge.predict(ridge.fit(k0, y[:, :2], z, w), z)
+        by_hand = jnp.concatenate([first, jax.nn.softmax(z @ weight + bias[None, :])], -1)
+        folds = C.cross_fit(x, y, z, key, C.LinearGaussianGenerator(), reg, TINY)
+        blocks = C.response_blocks(folds, (2, 3))
+        assert [b.y.shape[-1] for b in blocks] == [2, 3] and blocks[1].x is folds.x
+        stats = [C.kernel_test_from_folds(f, key, TINY).statistic for f in (folds, *blocks)]
+        return pred, by_hand, stats
+
+    pred, by_hand, (full, first, second) = run(reg, x, y, z, ks[4])
+    np.testing.assert_allclose(pred, by_hand, rtol=1e-5, atol=1e-6)
+    # F = U * (r r^T) * W and r r^T sums over y's columns: the statistic of y is the sum of the
+    # statistics of its column blocks (one cross-fit, one generator, shared by the blocks)
+    assert float(full) == pytest.approx(float(first) + float(second), rel=1e-5)
+    folds = C.FoldData(*(jnp.zeros((2, 4, 5)),) * 5, jnp.ones((2, 4), bool))
+    with pytest.raises(ValueError, match="`sizes`"):
+        C.response_blocks(folds, (2, 2))
+    with pytest.raises(ValueError, match="`sizes`"):
+        reg.fit(ks[3], y[:, :4], z, w)
+    with pytest.raises(ValueError, match="`regressors`"):
+        C.ColumnBlocks((ridge,), (2, 3))
+    with pytest.raises(ValueError, match=r"`sizes\[1\]`"):
+        C.ColumnBlocks((ridge, exact), (2, 0))
+
+
+def test_configs_are_frozen_hashable_and_name_the_bad_field():
+    cfg = C.CMIConfig()
+    assert hash(cfg) == hash(C.CMIConfig()) and hash(C.GMMNGenerator()) == hash(C.GMMNGenerator())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.num_boot = 5
+    bad = [
+        (C.CMIConfig, {"num_samples": 0}, "num_samples"),
+        (C.CMIConfig, {"num_boot": 2.5}, "num_boot"),
+        (C.CMIConfig, {"multiplier": "normal"}, "multiplier"),
+        (C.GMMNGenerator, {"dropout": 1.0}, "dropout"),
+        (C.GMMNGenerator, {"batch_size": 0}, "batch_size"),
+        (C.GMMNGenerator, {"noise_std": 0.0}, "noise_std"),
+        (C.GMMNGenerator, {"lambda_l1": -1.0}, "lambda_l1"),
+        (C.MLPRegressor, {"lr": 0.0}, "lr"),
+        (C.MLPRegressor, {"b2": 1.0}, "b2"),
+        (C.MLPRegressor, {"hidden": 0}, "hidden"),
+        (C.SoftmaxRegressor, {"steps": -1}, "steps"),
+        (C.RidgeRegressor, {"alpha": -1.0}, "alpha"),
+        (C.LinearGaussianGenerator, {"jitter": -1.0}, "jitter"),
+    ]
+    for cls, kwargs, field in bad:
+        with pytest.raises(ValueError, match=f"`{field}`"):
+            cls(**kwargs)
+
+
+def test_networks_are_core_mlps_with_the_hand_written_layer_names(key):
+    from jaxlab.core.nn import MLP
+
+    net = C.GMMNGenerator(hidden=7, dropout=0.1).network(3)
+    assert isinstance(net, MLP) and tuple(net.features) == (7, 3)
+    params = net.init(jax.random.key(0), jnp.zeros((1, 4)))["params"]
+    assert set(params) == {"Dense_0", "Dense_1"}
+    assert params["Dense_0"]["kernel"].shape == (4, 7) and params["Dense_1"]["bias"].shape == (3,)
+    h = jnp.linspace(-2.0, 2.0, 4)[None, :]
+    out = net.apply({"params": params}, h)
+    k0, k1 = params["Dense_0"], params["Dense_1"]
+    pre = h @ k0["kernel"] + k0["bias"][None, :]
+    hand = jnp.where(pre > 0, pre, 0.8 * pre) @ k1["kernel"] + k1["bias"][None, :]  # slope 0.8
+    np.testing.assert_allclose(out, hand, rtol=1e-5, atol=1e-6)
+    drop = net.apply({"params": params}, h, deterministic=False, rngs={"dropout": key})
+    assert drop.shape == out.shape

@@ -28,10 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxlab.core.checks import check_positive, check_probability, is_concrete
+
 __all__ = [
     "CDFBand",
     "average_loss_interval",
-    "check_delta",
     "check_losses",
     "count_below",
     "dkw_band",
@@ -46,22 +47,20 @@ __all__ = [
 # ---- argument checks (concrete values only: traced values pass through) -------------------------
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
-
-
 def check_losses(
     r: jax.Array, name: str = "r_hat", *, min_clients: int = 2, axis: int = -1
 ) -> jax.Array:
     """``r`` as an array whose client axis ``axis`` has ``>= min_clients`` entries, values in
-    ``[0, 1]`` (checked where concrete; traced values pass through)."""
+    ``[0, 1]`` (checked where concrete, :func:`jaxlab.core.checks.is_concrete`; traced values
+    pass through). The method's own check: the message says why the bounds need a bounded loss.
+    """
     r = jnp.asarray(r)
     if r.ndim < 1 or r.shape[axis] < min_clients:
         raise ValueError(
             f"`{name}` needs at least {min_clients} clients on axis {axis}; got shape {r.shape}. "
             f"The DKW and Hoeffding terms are undefined for K < 2."
         )
-    if _concrete(r):
+    if is_concrete(r):
         a = np.asarray(r)
         if a.size and not (np.all(np.isfinite(a)) and a.min() >= 0.0 and a.max() <= 1.0):
             raise ValueError(
@@ -69,25 +68,6 @@ def check_losses(
                 f"bounds need a bounded loss); got values in [{a.min():.4g}, {a.max():.4g}]."
             )
     return r
-
-
-def check_delta(delta, name: str = "delta"):
-    """``delta`` must lie strictly inside ``(0, 1)``."""
-    if _concrete(delta):
-        d = np.asarray(delta)
-        if not (np.all(d > 0.0) and np.all(d < 1.0)):
-            raise ValueError(f"`{name}` must lie in (0, 1); got {delta!r}.")
-    return delta
-
-
-def check_positive(x, name: str, *, strict: bool = True):
-    """``x > 0`` (or ``>= 0`` with ``strict=False``) where concrete."""
-    if _concrete(x):
-        a = np.asarray(x)
-        ok = np.all(a > 0) if strict else np.all(a >= 0)
-        if not ok or not np.all(np.isfinite(a)):
-            raise ValueError(f"`{name}` must be {'> 0' if strict else '>= 0'}; got {x!r}.")
-    return x
 
 
 # ---- constants -----------------------------------------------------------------------------------
@@ -161,7 +141,7 @@ def dkw_band(
       eps_K)``, both non-decreasing in ``lam``.
     """
     r_hat = check_losses(r_hat)
-    check_delta(delta)
+    check_probability(delta, "delta")
     check_positive(n_min, "n_min")
     return _band(r_hat, jnp.asarray(lam), n_min, delta, client_term)
 
@@ -184,7 +164,7 @@ def quantile_interval(r_hat: jax.Array, q, n_min, delta=0.05) -> tuple[jax.Array
     ``1`` for ``u > 1``); it follows from inverting :func:`dkw_band`.
     """
     r_hat = check_losses(r_hat)
-    check_delta(delta)
+    check_probability(delta, "delta")
     k = r_hat.shape[-1]
     eps_k = dkw_epsilon(k, delta / 2)
     t = hoeffding_shift(n_min, k, delta / 2)
@@ -207,7 +187,7 @@ def average_loss_interval(r_hat: jax.Array, n_min, delta=0.05) -> tuple[jax.Arra
     Hoeffding over the ``K`` iid true risks adds the second term (``delta`` split equally).
     """
     r_hat = check_losses(r_hat)
-    check_delta(delta)
+    check_probability(delta, "delta")
     k = r_hat.shape[-1]
     t = hoeffding_shift(n_min, k, delta / 2)
     width = t + jnp.sqrt(jnp.log(4.0 / delta) / (2.0 * k))

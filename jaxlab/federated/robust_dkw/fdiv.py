@@ -36,12 +36,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import digamma, gammaln, xlogy
 
-from jaxlab.federated.robust_dkw.dkw import (
-    check_delta,
-    check_losses,
-    check_positive,
-    tail_fraction,
-)
+from jaxlab.core.checks import check_choice, check_positive, check_probability
+from jaxlab.federated.robust_dkw.dkw import check_losses, tail_fraction
 
 __all__ = [
     "DIVERGENCES",
@@ -65,9 +61,7 @@ def _float_dtype():
 
 
 def _check_divergence(divergence: str) -> str:
-    if divergence not in DIVERGENCES:
-        raise ValueError(f"`divergence` must be one of {DIVERGENCES}; got {divergence!r}.")
-    return divergence
+    return check_choice(divergence, "divergence", DIVERGENCES)
 
 
 def f_div(t: jax.Array, divergence: str) -> jax.Array:
@@ -202,7 +196,7 @@ def robust_tail_bound(
       ``[L]`` bound in ``[0, 1]``, non-increasing in ``lam`` and non-decreasing in ``eps``.
     """
     r_hat = check_losses(r_hat)
-    check_delta(delta)
+    check_probability(delta, "delta")
     check_positive(n, "n")
     check_positive(eps, "eps", strict=False)
     _check_divergence(divergence)

@@ -46,7 +46,8 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding
-from jaxlab.federated.robust_dkw.dkw import check_delta, check_losses, check_positive
+from jaxlab.core.checks import check_positive, check_probability
+from jaxlab.federated.robust_dkw.dkw import check_losses
 
 __all__ = [
     "adversarial_risk_ascent",
@@ -199,7 +200,7 @@ def wasserstein_average_bound(adv: jax.Array, gammas: jax.Array, eps, n_min, del
     """
     adv = check_losses(adv, "adv", axis=0)
     _check_gammas(adv, gammas)
-    check_delta(delta)
+    check_probability(delta, "delta")
     check_positive(eps, "eps", strict=False)
     return _average_bound(adv, gammas, eps, n_min, delta)
 
@@ -254,7 +255,7 @@ def wasserstein_tail_bound(
             f"`r_hat` [K] and `adv` [K, G] must have the same clients; got {r_hat.shape} and "
             f"{adv.shape}."
         )
-    check_delta(delta)
+    check_probability(delta, "delta")
     check_positive(eps, "eps", strict=False)
     return _tail_bound(r_hat, adv, gammas, jnp.asarray(lam), eps, n_min, delta)
 

@@ -6,22 +6,35 @@ statistic and a multiplier bootstrap; the centring of ``X`` uses draws from a co
 of ``X | Z`` and the residual uses a regression of ``Y`` on ``Z`` (spec ``papers/cmi_test.md``).
 
 - :mod:`.statistic`: :func:`cmi_test`, :func:`compare_tests` (with the GCM and naive-kernel
-  baselines on the same nuisances), :func:`replicate_tests` (replicates ``vmap``ped in one call);
+  baselines on the same nuisances), :func:`replicate_tests` (replicates ``vmap``ped in one call),
+  and the pieces they are built from (:func:`cross_fit`, :func:`fold_matrix`,
+  :func:`bootstrap_draws`, :func:`response_blocks`, ...);
 - :mod:`.nuisance`: the fitter protocols and fitters (Gaussian oracle, linear-Gaussian, GMMN; known
-  linear mean, ridge, MLP; error-injection wrappers);
+  linear and softmax means, ridge, MLP, softmax regression; :class:`ColumnBlocks`; error-injection
+  wrappers);
 - :mod:`.designs`: the paper's Gaussian designs with their oracle nuisances;
 - :mod:`.kernels`: standardisation, distances, median bandwidths.
 
+The method is a statistic: module-level pure functions that take the data, a key, the nuisance
+fitters and a frozen, validated :class:`CMIConfig` (hashable: a static argument of ``jit``).
+Fitters are frozen ``flax.struct`` pytrees that validate their hyperparameters.
+
 Example::
 
-    design = gaussian_design("a1_sparse", dz=10, dx=10)
-    x, y, z = design.sample(jax.random.key(0), 200)
+    import jax
+    from jaxlab.stats.cmi_test import (CMIConfig, LinearGaussianGenerator, RidgeRegressor,
+                                       cmi_test, gaussian_design)
+
+    design = gaussian_design("a1_sparse", dz=3, dx=5)
+    x, y, z = design.sample(jax.random.key(0), 40)
     res = cmi_test(x, y, z, jax.random.key(1), generator=LinearGaussianGenerator(),
-                   regressor=RidgeRegressor(), config=CMIConfig(num_samples=50, num_boot=500))
+                   regressor=RidgeRegressor(), config=CMIConfig(num_samples=8, num_boot=100))
+    assert 0.0 <= float(res.p_value) <= 1.0 and res.bootstrap.shape == (100,)
 """
 
 from jaxlab.stats.cmi_test.designs import SETTINGS, GaussianDesign, OracleMean, gaussian_design
 from jaxlab.stats.cmi_test.nuisance import (
+    ColumnBlocks,
     GaussianConditional,
     GaussianGenerator,
     Generator,
@@ -33,11 +46,14 @@ from jaxlab.stats.cmi_test.nuisance import (
     PerturbedRegressor,
     Regressor,
     RidgeRegressor,
+    SoftmaxMean,
     SoftmaxRegressor,
     centred_gram,
     conditional_mmd,
 )
 from jaxlab.stats.cmi_test.statistic import (
+    KERNELS,
+    MULTIPLIERS,
     TESTS,
     CMIConfig,
     FoldData,
@@ -50,14 +66,17 @@ from jaxlab.stats.cmi_test.statistic import (
     fold_matrix,
     gcm_from_folds,
     kernel_test_from_folds,
-    map_in_chunks,
     replicate_tests,
+    response_blocks,
 )
 
 __all__ = [
+    "KERNELS",
+    "MULTIPLIERS",
     "SETTINGS",
     "TESTS",
     "CMIConfig",
+    "ColumnBlocks",
     "FoldData",
     "GMMNGenerator",
     "GaussianConditional",
@@ -72,6 +91,7 @@ __all__ = [
     "PerturbedRegressor",
     "Regressor",
     "RidgeRegressor",
+    "SoftmaxMean",
     "SoftmaxRegressor",
     "TestResult",
     "bootstrap_draws",
@@ -85,6 +105,6 @@ __all__ = [
     "gaussian_design",
     "gcm_from_folds",
     "kernel_test_from_folds",
-    "map_in_chunks",
     "replicate_tests",
+    "response_blocks",
 ]

@@ -15,27 +15,35 @@ the padded rows get ``w = 0`` (a fitter must ignore them; all fitters here do).
 
 Fitters: :class:`GaussianGenerator` (known ``E[X|Z] = c + A z`` and ``Cov[X|Z] = L L^T``, the
 oracle for Gaussian designs), :class:`LinearGaussianGenerator` (weighted OLS + residual Cholesky),
-:class:`GMMNGenerator` (the paper's generative moment-matching network, Flax + optax),
-:class:`LinearMean` (a known linear mean), :class:`RidgeRegressor`, :class:`MLPRegressor` (the
-paper's regression net), :class:`SoftmaxRegressor` (class probabilities for one-hot or
-probability-vector responses, the role of the paper's image classifier), and the error-injection
-wrappers :class:`PerturbedGenerator` /
-:class:`PerturbedRegressor` of the robustness study.
+:class:`GMMNGenerator` (the paper's generative moment-matching network), :class:`LinearMean` and
+:class:`SoftmaxMean` (known linear and softmax-linear means), :class:`RidgeRegressor`,
+:class:`MLPRegressor` (the paper's regression net), :class:`SoftmaxRegressor` (class probabilities
+for one-hot or probability-vector responses, the role of the paper's image classifier),
+:class:`ColumnBlocks` (one regressor per block of ``y``'s columns), and the error-injection
+wrappers :class:`PerturbedGenerator` / :class:`PerturbedRegressor` of the robustness study.
+
+The networks are :class:`jaxlab.core.nn.MLP` (one hidden layer, leaky ReLU, dropout) and every
+optimiser loop is :func:`jaxlab.core.training.fit` (one ``lax.scan``). Fitters are frozen
+(``flax.struct``) and validate their hyperparameters on construction, naming the field.
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
+from jaxlab.core.checks import check_in_range, check_int, check_positive
+from jaxlab.core.nn import MLP
+from jaxlab.core.training import fit
 from jaxlab.stats.cmi_test import kernels as K
 
 __all__ = [
+    "ColumnBlocks",
     "GMMNGenerator",
     "GaussianConditional",
     "GaussianGenerator",
@@ -43,11 +51,13 @@ __all__ = [
     "LinearGaussianGenerator",
     "LinearMean",
     "MLPRegressor",
-    "HiddenMLP",
     "PerturbedGenerator",
     "PerturbedRegressor",
     "Regressor",
     "RidgeRegressor",
+    "ScaledNet",
+    "SoftmaxMean",
+    "SoftmaxParams",
     "SoftmaxRegressor",
     "centred_gram",
     "conditional_mmd",
@@ -55,6 +65,31 @@ __all__ = [
 ]
 
 Params = Any
+
+
+# ---- hyperparameter checks (static fields only: ``__post_init__`` also runs on unflattening) ----
+
+
+def _check_finite_scalar(value, name: str) -> None:
+    if not np.isfinite(float(value)):
+        raise ValueError(f"`{name}` must be finite, got {value!r}.")
+
+
+def _check_adamw(fitter) -> None:
+    """The shared optimiser fields ``lr``, ``b1``, ``b2``, ``weight_decay``, ``clip``."""
+    check_positive(fitter.lr, "lr")
+    check_in_range(fitter.b1, "b1", 0.0, 1.0, high_open=True)
+    check_in_range(fitter.b2, "b2", 0.0, 1.0, high_open=True)
+    check_positive(fitter.weight_decay, "weight_decay", strict=False)
+    check_positive(fitter.clip, "clip")
+
+
+def _check_network(fitter) -> None:
+    """The shared network fields ``hidden``, ``slope``, ``dropout`` and the ``steps``."""
+    check_int(fitter.hidden, "hidden", minimum=1)
+    _check_finite_scalar(fitter.slope, "slope")
+    check_in_range(fitter.dropout, "dropout", 0.0, 1.0, high_open=True)
+    check_int(fitter.steps, "steps", minimum=0)
 
 
 class Generator(Protocol):
@@ -147,6 +182,10 @@ class LinearGaussianGenerator:
     ridge: float = struct.field(pytree_node=False, default=0.0)
     jitter: float = struct.field(pytree_node=False, default=1e-6)
 
+    def __post_init__(self):
+        check_positive(self.ridge, "ridge", strict=False)
+        check_positive(self.jitter, "jitter", strict=False)
+
     def fit(self, key, x, z, w) -> GaussianConditional:
         del key
         intercept, coef, resid = weighted_lstsq(z, x, w, self.ridge)
@@ -176,6 +215,25 @@ class LinearMean:
 
 
 @struct.dataclass
+class SoftmaxMean:
+    """A known softmax-linear mean ``m(z) = softmax(z W + b)`` (``W [dz, dy]``, ``b [dy]``); no
+    fitting. The exact ``E[Y | Z]`` when ``Y`` is drawn from (or is the probability vector of, plus
+    centred noise) a multinomial logistic model of ``Z``, e.g. a fitted sklearn
+    ``LogisticRegression`` (``W = coef_.T``, ``b = intercept_``)."""
+
+    weight: jax.Array
+    bias: jax.Array
+
+    def fit(self, key, y, z, w):
+        del key, y, z, w
+        return ()
+
+    def predict(self, params, z):
+        del params
+        return jax.nn.softmax(z @ self.weight + self.bias[None, :], -1)
+
+
+@struct.dataclass
 class RidgeRegressor:
     """Weighted ridge regression of ``Y`` on ``[1, Z]`` (intercept unpenalised).
 
@@ -184,6 +242,9 @@ class RidgeRegressor:
     """
 
     alpha: float = struct.field(pytree_node=False, default=1.0)
+
+    def __post_init__(self):
+        check_positive(self.alpha, "alpha", strict=False)
 
     def fit(self, key, y, z, w):
         del key
@@ -208,6 +269,9 @@ class PerturbedRegressor:
     base: Any
     amplitude: float = struct.field(pytree_node=False, default=0.0)
 
+    def __post_init__(self):
+        _check_finite_scalar(self.amplitude, "amplitude")
+
     def fit(self, key, y, z, w):
         return self.base.fit(key, y, z, w)
 
@@ -222,6 +286,9 @@ class PerturbedGenerator:
 
     base: Any
     amplitude: float = struct.field(pytree_node=False, default=0.0)
+
+    def __post_init__(self):
+        _check_finite_scalar(self.amplitude, "amplitude")
 
     def fit(self, key, x, z, w):
         return self.base.fit(key, x, z, w)
@@ -300,23 +367,19 @@ def conditional_mmd(
 # ---- neural nuisances ----------------------------------------------------------------------------
 
 
-class HiddenMLP(nn.Module):
+def _hidden_mlp(out_dim: int, hidden: int, slope: float, dropout: float) -> MLP:
     """One hidden layer: Dense(hidden) -> LeakyReLU(slope) -> Dropout -> Dense(out_dim).
 
-    The paper's generator (applied to ``[z, eta]``; official 128, 0.8, 0.05) and regression net
-    (applied to ``z``; official 256, 0.696, 0.15) both have this shape.
+    A :class:`jaxlab.core.nn.MLP` (layers ``Dense_0``, ``Dropout_0``, ``Dense_1``). The paper's
+    generator (applied to ``[z, eta]``; official 128, 0.8, 0.05) and regression net (applied to
+    ``z``; official 256, 0.696, 0.15) both have this shape.
     """
-
-    out_dim: int
-    hidden: int
-    slope: float
-    dropout: float
-
-    @nn.compact
-    def __call__(self, inputs, deterministic: bool = True):
-        h = nn.leaky_relu(nn.Dense(self.hidden)(inputs), self.slope)
-        h = nn.Dropout(self.dropout)(h, deterministic=deterministic)
-        return nn.Dense(self.out_dim)(h)
+    return MLP(
+        features=(hidden, out_dim),
+        activation="leaky_relu",
+        negative_slope=slope,
+        dropout=dropout,
+    )
 
 
 def _l1(tree) -> jax.Array:
@@ -380,8 +443,19 @@ class GMMNGenerator:
     lambda_laplace: float = struct.field(pytree_node=False, default=0.25)
     lambda_l1: float = struct.field(pytree_node=False, default=1e-3)
 
-    def network(self, out_dim: int) -> HiddenMLP:
-        return HiddenMLP(out_dim, self.hidden, self.slope, self.dropout)
+    def __post_init__(self):
+        _check_network(self)
+        check_int(self.noise_dim, "noise_dim", minimum=1)
+        check_positive(self.noise_std, "noise_std")
+        check_int(self.train_samples, "train_samples", minimum=1)
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size", minimum=1)
+        _check_adamw(self)
+        for name in ("lambda_gaussian", "lambda_laplace", "lambda_l1"):
+            check_positive(getattr(self, name), name, strict=False)
+
+    def network(self, out_dim: int) -> MLP:
+        return _hidden_mlp(out_dim, self.hidden, self.slope, self.dropout)
 
     def loss(self, net_params, key, xs, zs, w, bandwidths, out_dim):
         """The training loss on standardised ``xs [n, dx]``, ``zs [n, dz]`` (dropout on)."""
@@ -422,10 +496,8 @@ class GMMNGenerator:
         net = self.network(out_dim)
         params = net.init(k_init, jnp.zeros((1, z.shape[1] + self.noise_dim), z.dtype))["params"]
         opt = _optimiser(self.lr, self.b1, self.b2, self.weight_decay, self.clip)
-        grad_fn = jax.grad(self.loss)
 
-        def step(carry, k):
-            p, s = carry
+        def loss(p, k):  # step t's key: split(k_train, steps)[t], as `fit` hands it out
             k, k_batch = jax.random.split(k)
             if self.batch_size is None or self.batch_size >= w.shape[0]:
                 xb, zb, wb = xs, zs, w
@@ -433,12 +505,9 @@ class GMMNGenerator:
                 score = jnp.where(w > 0, jax.random.uniform(k_batch, w.shape), -1.0)
                 idx = jax.lax.top_k(score, self.batch_size)[1]
                 xb, zb, wb = xs[idx], zs[idx], w[idx]
-            g = grad_fn(p, k, xb, zb, wb, bandwidths, out_dim)
-            updates, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, updates), s), None
+            return self.loss(p, k, xb, zb, wb, bandwidths, out_dim)
 
-        keys = jax.random.split(k_train, self.steps)
-        (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), keys)
+        params, _ = fit(loss, params, opt, self.steps, key=k_train)
         return ScaledNet(params, z_mean, z_sd, x_mean, x_sd)
 
     def sample(self, params: ScaledNet, key, z, num_samples):
@@ -473,8 +542,13 @@ class MLPRegressor:
     weight_decay: float = struct.field(pytree_node=False, default=1.05e-4)
     clip: float = struct.field(pytree_node=False, default=0.5)
 
-    def network(self, out_dim: int) -> HiddenMLP:
-        return HiddenMLP(out_dim, self.hidden, self.slope, self.dropout)
+    def __post_init__(self):
+        _check_network(self)
+        check_positive(self.l1, "l1", strict=False)
+        _check_adamw(self)
+
+    def network(self, out_dim: int) -> MLP:
+        return _hidden_mlp(out_dim, self.hidden, self.slope, self.dropout)
 
     def fit(self, key, y, z, w) -> ScaledNet:
         z_mean, z_sd = K.masked_moments(z, w)
@@ -491,13 +565,7 @@ class MLPRegressor:
             mse = jnp.sum(w[:, None] * (pred - ys) ** 2) / (wsum * y.shape[1])
             return mse + self.l1 * _l1(p)
 
-        def step(carry, k):
-            p, s = carry
-            updates, s = opt.update(jax.grad(loss)(p, k), s, p)
-            return (optax.apply_updates(p, updates), s), None
-
-        keys = jax.random.split(k_train, self.steps)
-        (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), keys)
+        params, _ = fit(loss, params, opt, self.steps, key=k_train)
         return ScaledNet(params, z_mean, z_sd, y_mean, y_sd)
 
     def predict(self, params: ScaledNet, z):
@@ -537,6 +605,13 @@ class SoftmaxRegressor:
     lr: float = struct.field(pytree_node=False, default=0.05)
     standardise: bool = struct.field(pytree_node=False, default=True)
 
+    def __post_init__(self):
+        check_positive(self.l2, "l2", strict=False)
+        check_int(self.steps, "steps", minimum=0)
+        check_positive(self.lr, "lr")
+        if not isinstance(self.standardise, bool | np.bool_):
+            raise ValueError(f"`standardise` must be a bool, got {self.standardise!r}.")
+
     def fit(self, key, y, z, w) -> SoftmaxParams:
         del key
         z_mean, z_sd = K.masked_moments(z, w)
@@ -551,14 +626,63 @@ class SoftmaxRegressor:
             logp = jax.nn.log_softmax(zs @ p[0] + p[1][None, :], -1)
             return -jnp.sum(w[:, None] * y * logp) / wsum + self.l2 * jnp.sum(p[0] ** 2)
 
-        def step(carry, _):
-            p, s = carry
-            updates, s = opt.update(jax.grad(loss)(p), s, p)
-            return (optax.apply_updates(p, updates), s), None
-
-        (params, _), _ = jax.lax.scan(step, (params, opt.init(params)), None, self.steps)
+        params, _ = fit(loss, params, opt, self.steps)
         return SoftmaxParams(*params, z_mean, z_sd)
 
     def predict(self, params: SoftmaxParams, z):
         zs = (z - params.z_mean[None, :]) / params.z_sd[None, :]
         return jax.nn.softmax(zs @ params.weight + params.bias[None, :], -1)
+
+
+# ---- combinators ---------------------------------------------------------------------------------
+
+
+@struct.dataclass
+class ColumnBlocks:
+    """One regressor per block of ``y``'s columns, predictions concatenated.
+
+    ``regressors[i]`` is fitted on columns ``[e_i, e_{i+1})`` of ``y`` with ``e = cumsum((0,
+    *sizes))`` (``sum(sizes)`` must be ``y``'s width), with key ``split(key, len(sizes))[i]``.
+    Several responses then share one cross-fit (one generator per fold) while each gets its own
+    regression, e.g. a fitted and an exact regression of the same response side by side.
+
+    Attributes:
+      regressors: a tuple of regressors (pytree children), one per block.
+      sizes: the blocks' widths (static), one per regressor.
+    """
+
+    regressors: tuple
+    sizes: tuple[int, ...] = struct.field(pytree_node=False)
+
+    def __post_init__(self):
+        if not isinstance(self.sizes, tuple) or not self.sizes:
+            raise ValueError(f"`sizes` must be a non-empty tuple of ints, got {self.sizes!r}.")
+        for i, size in enumerate(self.sizes):
+            check_int(size, f"sizes[{i}]", minimum=1)
+        # `regressors` is a pytree child: on unflattening it may hold placeholders, not a tuple
+        if isinstance(self.regressors, tuple | list) and len(self.regressors) != len(self.sizes):
+            raise ValueError(
+                f"`regressors` and `sizes` must have the same length, got {len(self.regressors)} "
+                f"and {len(self.sizes)}."
+            )
+
+    def _split(self, y):
+        edges = np.cumsum((0, *self.sizes))
+        if y.shape[1] != edges[-1]:
+            raise ValueError(
+                f"ColumnBlocks: `y` has {y.shape[1]} columns but `sizes` {self.sizes} sum to "
+                f"{edges[-1]}."
+            )
+        return [y[:, a:b] for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+    def fit(self, key, y, z, w):
+        keys = jax.random.split(key, len(self.sizes))
+        return tuple(
+            r.fit(k, yb, z, w)
+            for r, k, yb in zip(self.regressors, keys, self._split(y), strict=True)
+        )
+
+    def predict(self, params, z):
+        return jnp.concatenate(
+            [r.predict(p, z) for r, p in zip(self.regressors, params, strict=True)], -1
+        )

@@ -41,10 +41,14 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding
+from jaxlab.core.checks import check_choice, check_finite, check_int
+from jaxlab.core.training import map_in_chunks
 from jaxlab.stats.cmi_test import kernels as K
 from jaxlab.stats.cmi_test.nuisance import Generator, Regressor, centred_gram
 
 __all__ = [
+    "KERNELS",
+    "MULTIPLIERS",
     "TESTS",
     "CMIConfig",
     "FoldData",
@@ -57,11 +61,13 @@ __all__ = [
     "fold_matrix",
     "gcm_from_folds",
     "kernel_test_from_folds",
-    "map_in_chunks",
     "replicate_tests",
+    "response_blocks",
 ]
 
 TESTS = ("cmi", "naive", "gcm")
+KERNELS = ("laplace", "gaussian")
+MULTIPLIERS = ("rademacher", "gaussian")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,18 +89,11 @@ class CMIConfig:
     multiplier: Literal["rademacher", "gaussian"] = "rademacher"
 
     def __post_init__(self):
-        if self.folds < 2:
-            raise ValueError(f"`folds` must be >= 2 (cross-fitting), got {self.folds}.")
-        if self.num_samples < 1:
-            raise ValueError(f"`num_samples` must be >= 1, got {self.num_samples}.")
-        if self.num_boot < 1:
-            raise ValueError(f"`num_boot` must be >= 1, got {self.num_boot}.")
-        if self.kernel not in ("laplace", "gaussian"):
-            raise ValueError(f"`kernel` must be 'laplace' or 'gaussian', got {self.kernel!r}.")
-        if self.multiplier not in ("rademacher", "gaussian"):
-            raise ValueError(
-                f"`multiplier` must be 'rademacher' or 'gaussian', got {self.multiplier!r}."
-            )
+        check_int(self.folds, "folds", minimum=2)  # cross-fitting needs two folds
+        check_int(self.num_samples, "num_samples", minimum=1)
+        check_int(self.num_boot, "num_boot", minimum=1)
+        check_choice(self.kernel, "kernel", KERNELS)
+        check_choice(self.multiplier, "multiplier", MULTIPLIERS)
 
 
 class TestResult(NamedTuple):
@@ -163,6 +162,25 @@ def cross_fit(
     x_tilde = jax.vmap(sample)(g_params, jax.random.split(k_smp, kf), z_eval)
     m_hat = jax.vmap(regressor.predict)(r_params, z_eval)
     return FoldData(x[eval_idx], x_tilde, y[eval_idx], m_hat, z_eval, jnp.asarray(eval_mask))
+
+
+def response_blocks(folds: FoldData, sizes: Sequence[int]) -> tuple[FoldData, ...]:
+    """Split fitted folds by blocks of the response's columns (widths ``sizes``).
+
+    Block ``i`` keeps ``x``, ``x_tilde``, ``z`` and ``mask`` and takes columns ``[e_i, e_{i+1})``
+    of ``y`` and ``m_hat`` (``e = cumsum((0, *sizes))``): several responses tested on one
+    generator fit, e.g. with a :class:`~jaxlab.stats.cmi_test.nuisance.ColumnBlocks` regressor.
+    """
+    edges = np.cumsum((0, *sizes))
+    if len(sizes) == 0 or min(sizes) < 1 or edges[-1] != folds.y.shape[-1]:
+        raise ValueError(
+            f"`sizes` must be positive widths summing to y's {folds.y.shape[-1]} columns, "
+            f"got {tuple(sizes)}."
+        )
+    return tuple(
+        folds._replace(y=folds.y[..., a:b], m_hat=folds.m_hat[..., a:b])
+        for a, b in zip(edges[:-1], edges[1:], strict=True)
+    )
 
 
 def fold_matrix(
@@ -261,11 +279,6 @@ def _tests_core(x, y, z, key, generator, regressor, config, tests, mesh):
 _jit_core = jax.jit(_tests_core, static_argnames=("config", "tests", "mesh"))
 
 
-def _check_finite(a, name: str) -> None:
-    if not isinstance(a, jax.core.Tracer) and not bool(jnp.all(jnp.isfinite(a))):
-        raise ValueError(f"`{name}` has non-finite entries (NaN or inf).")
-
-
 def _check_tests(tests: Sequence[str]) -> tuple[str, ...]:
     tests = tuple(tests)
     bad = [t for t in tests if t not in TESTS]
@@ -288,7 +301,7 @@ def _check_data(x, y, z, config: CMIConfig, *, batched: bool):
             raise ValueError(f"`{name}` must be {shape_text}, got shape {a.shape}.")
         if not jnp.issubdtype(a.dtype, jnp.floating):
             a = a.astype(jnp.result_type(float))
-        _check_finite(a, name)
+        check_finite(a, name)
         arrays.append(a)
     shapes = {name: a.shape[:lead] for a, name in zip(arrays, names, strict=True)}
     if len(set(shapes.values())) != 1:
@@ -370,27 +383,6 @@ def _replicates(xs, ys, zs, keys, generator, regressor, config, tests):
     return jax.vmap(one)(xs, ys, zs, keys)
 
 
-def map_in_chunks(fn, args: tuple, chunk: int | None):
-    """``fn`` (jitted, ``vmap``ped over the leading axis) applied ``chunk`` rows at a time.
-
-    The chunks are dispatched from the host and the last one is padded by repeating its final row
-    (so every call has one shape and compiles once); the outputs are concatenated and the padding
-    dropped. Why not ``jax.lax.map(..., batch_size=chunk)``: on XLA:CPU (jaxlib 0.10) a
-    ``lax.map`` over chunks of this test with LAPACK solves in the nuisance fits deadlocked
-    reproducibly (every runtime thread idle, the result never ready) at n = 400, d = 25 + 25,
-    M = 100, 2 chunks of 25 replicates; the same chunks called from the host completed.
-    """
-    total = jax.tree_util.tree_leaves(args)[0].shape[0]
-    if chunk is None or chunk >= total:
-        return fn(*args)
-    outs = []
-    for start in range(0, total, chunk):
-        idx = np.minimum(np.arange(start, start + chunk), total - 1)
-        outs.append(fn(*jax.tree_util.tree_map(lambda a, idx=idx: a[idx], args)))
-    out = jax.tree_util.tree_map(lambda *leaves: jnp.concatenate(leaves), *outs)
-    return jax.tree_util.tree_map(lambda a: a[:total], out)
-
-
 def replicate_tests(
     xs,
     ys,
@@ -405,8 +397,11 @@ def replicate_tests(
 ) -> dict[str, TestResult]:
     """:func:`compare_tests` over ``R`` independent data sets in one jitted call.
 
-    Replicates are ``vmap``ped in groups of ``batch_size`` (:func:`map_in_chunks`; ``None`` = all
-    at once), which bounds memory when the nuisances are networks trained per replicate and fold.
+    Replicates are ``vmap``ped in groups of ``batch_size``
+    (:func:`jaxlab.core.training.map_in_chunks`, called from the host: a ``lax.map`` over chunks
+    with LAPACK solves in the nuisance fits deadlocked on XLA:CPU, jaxlib 0.10, at n = 400,
+    d = 25 + 25, M = 100; ``None`` = all at once), which bounds memory when the nuisances are
+    networks trained per replicate and fold.
 
     Args:
       xs, ys, zs: ``[R, n, d]`` (or ``[R, n]``); keys: ``[R]`` keys.
