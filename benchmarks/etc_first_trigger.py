@@ -20,7 +20,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from jaxlab.control import neural_etc as E
-from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
+from jaxlab.control.neural_etc import ETCConfig, make_trainer
 from jaxlab.core import sharding
 from jaxlab.core.timing import result_row, time_call
 
@@ -47,7 +47,7 @@ def _run(size: str) -> list[dict]:
     params = state.params
     field = E.augmented_field(system, pi.model.controller)
     event = pi.model.event
-    solver = E.SolverConfig(rtol=1e-6, atol=1e-6)
+    solver = E.ODESolverConfig(rtol=1e-6, atol=1e-6)
     t1 = lambda p, x0: E.first_trigger_time(field, event, x0, p, T_MAX, solver)[0]
     rows = []
 

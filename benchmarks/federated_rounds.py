@@ -6,8 +6,8 @@ Work unit: one FedGWC round of one cluster of ``K = 100`` clients: ``m`` sampled
 (64-64-10) on 100 digits-shaped samples, FedAvg, Gaussian rewards and the interaction-matrix
 update with its convergence statistic. Rows, for ``m`` in ``SIZES[size]``:
 
-- ``jit chunk``: :func:`jaxlab.federated.fedgwc.run_rounds` running ``CHUNK`` rounds in one jitted
-  ``lax.scan`` (clients ``vmap``ped, steps scanned);
+- ``jit chunk``: ``make_fedgwc(...).run_rounds`` (:func:`jaxlab.federated.fedgwc.run_rounds`)
+  running ``CHUNK`` rounds in one jitted ``lax.scan`` (clients ``vmap``ped, steps scanned);
 - ``python loop``: the same math in the official structure (``ServerFedGWC.train``): a Python loop
   over the sampled clients, each running a Python loop over its ``T`` steps that calls one jitted
   SGD step (the PyTorch client's per-step call, here already compiled, which favours the
@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxlab.core import sharding
+from jaxlab.core.nn import MLP
 from jaxlab.core.timing import Timing, result_row, time_call
 from jaxlab.federated import fedgwc as F
 
@@ -41,18 +42,21 @@ def _setup(m: int, seed: int = 0):
     y = rng.integers(0, 10, (K, N))
     noise = np.where(np.arange(K) >= 75, 1.5, 0.0).astype(np.float32)
     data = F.ClientData(jnp.asarray(x), jnp.asarray(y), jnp.full((K,), N), jnp.asarray(noise))
-    net = F.MLP(hidden=(64,))
+    net = MLP((64, 10))  # the spec's 64 -> 64 -> 10 classifier
     params = net.init(jax.random.key(seed), jnp.zeros((1, 64)))
     local = F.LocalConfig(steps=7, batch_size=64, lr=0.05)
     config = F.FedGWCConfig(participation=m / K, local=local, max_clusters=1, eps=1e-12)
     return data, net, params, config
 
 
-def _chunk(net, config, mesh=None):
-    def run(state, key, data):
-        return F.run_rounds(state, key, CHUNK, net.apply, data, config, mesh)[0]
+def _chunk(net, config, data, mesh=None):
+    """``CHUNK`` rounds from ``state``: one call of the factory's jitted ``run_rounds``."""
+    fed = F.make_fedgwc(config, net.apply, data, mesh)
 
-    return jax.jit(run)
+    def run(state):
+        return fed.run_rounds(state, CHUNK)[0]
+
+    return run, fed
 
 
 class PythonLoop:
@@ -63,8 +67,9 @@ class PythonLoop:
         self.x, self.y = np.asarray(data.x), np.asarray(data.y)
         self.count, self.noise = np.asarray(data.count), np.asarray(data.noise)
         self.opt = config.local.optimizer()
-        self.step = jax.jit(F.local_step, static_argnums=(0, 8))
-        self.apply = net.apply
+        apply_fn, local = net.apply, config.local
+        self.step = jax.jit(lambda p, s, x, y, c, n, k: F.local_step(apply_fn, p, s, x, y, c, n,
+                                                                      k, local))  # fmt: skip
 
     def round(self, params, r: np.ndarray, mse: float, key):
         """One round from the jitted round's keys; returns ``(params, R, mse)``."""
@@ -78,8 +83,8 @@ class PythonLoop:
         for s, i in enumerate(idx):  # the official per-client loop
             p, state = params, self.opt.init(params)
             for t, kt in enumerate(jax.random.split(client_keys[s], cfg.local.steps)):
-                p, state, loss = self.step(self.apply, p, state, self.x[i], self.y[i],
-                                           self.count[i], self.noise[i], kt, cfg.local)  # fmt: skip
+                p, state, loss = self.step(p, state, self.x[i], self.y[i], self.count[i],
+                                           self.noise[i], kt)  # fmt: skip
                 losses[s, t] = float(loss)
             locals_.append(p)
         w = self.count[idx] / self.count[idx].sum()
@@ -104,13 +109,11 @@ class PythonLoop:
         return params, r, mse
 
 
-def _check(loop: PythonLoop, net, config, data, params) -> None:
-    """One round of the loop equals one jitted round (same keys)."""
-    state = F.init(params, K, config)
+def _check(loop: PythonLoop, fed: F.FedGWC, params) -> None:
+    """One round of the loop equals one jitted round (same keys: round 0 of ``key(3)``)."""
     key = jax.random.key(3)
-    new, _ = jax.jit(F.round_step, static_argnums=(2, 4))(
-        state, jax.random.fold_in(key, 0), net.apply, data, config
-    )
+    state = fed.init(key, params)
+    new, _ = fed.step(state)
     p, r, mse = loop.round(params, np.asarray(state.r, np.float64), 1.0, jax.random.fold_in(key, 0))
     ok = all(
         np.allclose(a[0], b, atol=1e-5)
@@ -127,13 +130,14 @@ def run(size: str) -> list[dict]:
     rows = []
     for m in SIZES[size]:
         data, net, params, config = _setup(m)
-        state = F.init(params, K, config)
         key = jax.random.key(1)
-        t_jit = time_call(_chunk(net, config), state, key, data, n_warmup=1, n_runs=5)
+        chunk_fn, fed = _chunk(net, config, data)
+        state = fed.init(key, params)
+        t_jit = time_call(chunk_fn, state, n_warmup=1, n_runs=5)
         rows.append(result_row("fedgwc_round", "jit chunk", size, t_jit, work=CHUNK,
                                unit="rounds", clients_per_round=m, chunk=CHUNK))  # fmt: skip
         loop = PythonLoop(net, config, data)
-        _check(loop, net, config, data, params)
+        _check(loop, fed, params)
         p, r, mse = params, np.asarray(state.r, np.float64), 1.0
         p, r, mse = loop.round(p, r, mse, key)  # warm-up (compiles the step)
         start = time.perf_counter()
@@ -147,14 +151,13 @@ def run(size: str) -> list[dict]:
                                extrapolated_from_rounds=LOOP_ROUNDS))  # fmt: skip
     m = SIZES[size][-1]
     data, net, params, config = _setup(m)
-    state = F.init(params, K, config)
     n_dev = len(jax.devices())
     d = 1
     while d <= n_dev:
         if m % d == 0:
             mesh = sharding.data_mesh(jax.devices()[:d])
-            t_dev = time_call(_chunk(net, config, mesh), state, jax.random.key(1), data,
-                              n_warmup=1, n_runs=3)  # fmt: skip
+            chunk_fn, fed = _chunk(net, config, data, mesh)
+            t_dev = time_call(chunk_fn, fed.init(jax.random.key(1), params), n_warmup=1, n_runs=3)
             rows.append(result_row("fedgwc_round (sharded clients)", "jit chunk", size, t_dev,
                                    work=CHUNK, unit="rounds", devices=d,
                                    clients_per_round=m))  # fmt: skip

@@ -40,6 +40,8 @@ import numpy as np
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from experiments import _common
+from jaxlab.core.data import digits_split
+from jaxlab.core.nn import MLP
 from jaxlab.federated import fedgwc as F
 
 NAME = "fedgwc"
@@ -61,7 +63,7 @@ class Config:
       scenarios: which of ``SCENARIOS`` to run; methods: which of ``METHODS``.
       clients, samples, test_samples: ``K`` and the per-client train / test draws.
       noise_sigma: the noisy group's pixel-noise SD in ``s1``.
-      rounds, chunk: rounds per method and the rounds per jitted ``while_loop`` call.
+      rounds, chunk: rounds per method and the rounds per jitted chunk (one ``lax.scan``).
       participation, steps, batch_size, lr, hidden: ``m = participation K``; local SGD; the MLP.
       max_clusters: FedGWC's cluster slots.
     """
@@ -100,7 +102,7 @@ PRESETS = {
 
 
 def _pools():
-    x_tr, x_te, y_tr, y_te = _common.digits_split()
+    x_tr, x_te, y_tr, y_te = digits_split()  # 360 test images, seed 0, stratified
     mean, sd = x_tr.mean(0), x_tr.std(0) + 1e-6
     return (x_tr - mean) / sd, y_tr, (x_te - mean) / sd, y_te
 
@@ -161,36 +163,20 @@ def _gwc_config(config: Config, clusters: int) -> F.FedGWCConfig:
                           seed=config.seed)  # fmt: skip
 
 
-_RUN = jax.jit(F.run_rounds, static_argnums=(2, 3, 5, 6, 7))  # 8 = until: traced
-_UPDATES = jax.jit(F.client_deltas, static_argnums=(0, 4))
-_IFCA_RUN = jax.jit(F.ifca_run, static_argnums=(2, 3, 5, 6))
-_IFCA_ASSIGN = jax.jit(F.ifca_assign, static_argnums=(0,))
-_LOCAL_ONLY = jax.jit(F.local_only, static_argnums=(0, 4, 5))
-
-
 @functools.lru_cache
-def _model(hidden: tuple[int, ...]) -> F.MLP:
-    """One module instance per architecture: jit caches on ``net.apply``, and bound methods of
-    distinct (even equal) instances compare unequal, which would recompile every method."""
-    return F.MLP(hidden=hidden)
+def _model(hidden: tuple[int, ...]) -> MLP:
+    """One module instance per architecture: the jitted rounds cache on ``net.apply``, and bound
+    methods of distinct (even equal) instances compare unequal, which would recompile every
+    method. ``MLP((*hidden, 10))``: the spec's ``64 -> hidden -> 10`` ReLU classifier."""
+    return MLP((*hidden, 10))
 
 
-def _slots(state) -> int:
-    """Active clusters; splits fill the lowest free slots, so they are a prefix."""
-    active = np.asarray(state.active)
-    n = int(active.sum())
-    assert active[:n].all(), "active cluster slots must be a prefix"
-    return n
-
-
-def _run_clusters(state, gwc, config, data, net, key, rounds, on_chunk=None, chunk=None):
+def _run_clusters(state, fed: F.FedGWC, rounds: int, chunk: int, on_chunk=None):
     """Run the FedGWC state machine for ``rounds`` rounds in chunks; ``on_chunk(state)`` after each
     chunk (FedGWC: host split at a trigger; CFL: the criterion) returns the new state."""
-    chunk = chunk or config.chunk
     while int(state.rounds) < rounds:
         # one compiled chunk length; ``until`` skips the rounds past the budget
-        state, _ = _RUN(state, key, chunk, net.apply, data, gwc, None, _slots(state),
-                        jnp.asarray(rounds, jnp.int32))  # fmt: skip
+        state, _ = fed.run_rounds(state, chunk, slots=F.active_slots(state), until=rounds)
         if on_chunk is not None:
             state = on_chunk(state)
     return state
@@ -213,41 +199,39 @@ def run_method(method: str, config: Config, data: F.ClientData, groups, key, cfl
            "clustering_bytes": 0, "r_end": None}  # fmt: skip
     if method in ("fedavg", "oracle"):
         labels = np.zeros(k_clients, int) if method == "fedavg" else np.asarray(groups)
-        gwc = _gwc_config(config, int(labels.max()) + 1)
-        state = _run_clusters(F.fixed_clusters(params, labels, gwc), gwc, config, data, net,
-                              k_train, config.rounds)  # fmt: skip
+        fed = F.make_fedgwc(_gwc_config(config, int(labels.max()) + 1), net.apply, data)
+        state = _run_clusters(fed.fixed_clusters(k_train, params, labels), fed, config.rounds,
+                              config.chunk)  # fmt: skip
     elif method == "fedgwc":
-        gwc = _gwc_config(config, config.max_clusters)
+        fed = F.make_fedgwc(_gwc_config(config, config.max_clusters), net.apply, data)
 
         def split(state):
-            if not bool(jnp.any(F.triggered(state))):
+            if not bool(jnp.any(fed.triggered(state))):
                 return state
             r_at = np.asarray(state.r)
-            state, records = F.try_split(state, gwc)
+            state, records = fed.try_split(state)
             out["attempts"] += records
             if out["r_at_split"] is None and any(rec["split_sizes"] for rec in records):
                 out["r_at_split"], out["labels_after_first_split"] = r_at, np.asarray(state.labels)
             return state
 
-        state = _run_clusters(F.init(params, k_clients, gwc), gwc, config, data, net, k_train,
-                              config.rounds, split)  # fmt: skip
+        state = _run_clusters(fed.init(k_train, params), fed, config.rounds, config.chunk, split)
         out["r_end"] = np.asarray(state.r)
         out["clustering_bytes"] = int(state.client_updates) * config.steps * 4
     elif method == "cfl":
-        gwc = _gwc_config(config, config.max_clusters)
+        fed = F.make_fedgwc(_gwc_config(config, config.max_clusters), net.apply, data)
         checks = {"n": 0, "norms": []}
 
         def criterion(state):
             if int(state.rounds) < cfl.warmup or int(state.rounds) % cfl.check_every:
                 return state
-            upd = _UPDATES(net.apply, state, data, jax.random.fold_in(key, 3 + int(state.rounds)),
-                           gwc.local)  # fmt: skip
+            upd = fed.client_deltas(state, jax.random.fold_in(key, 3 + int(state.rounds)))
             checks["n"] += 1
             splits, norms = F.cfl_check(np.asarray(upd), np.asarray(state.labels),
                                         np.asarray(state.active), cfl)  # fmt: skip
             checks["norms"].append({"round": int(state.rounds), **{str(c): v for c, v in
                                                                    norms.items()}})  # fmt: skip
-            state, sizes = F.cfl_split(state, splits, gwc)
+            state, sizes = fed.cfl_split(state, splits)
             for (c, _), sz in zip(splits, sizes, strict=True):
                 out["attempts"].append({"round": int(state.rounds), "cluster": c,
                                         "size": int(sum(sz)) if sz else None, "scores": {},
@@ -256,26 +240,24 @@ def run_method(method: str, config: Config, data: F.ClientData, groups, key, cfl
                     out["labels_after_first_split"] = np.asarray(state.labels)
             return state
 
-        state = _run_clusters(F.fixed_clusters(params, np.zeros(k_clients, int), gwc), gwc,
-                              config, data, net, k_train, config.rounds, criterion,
-                              cfl.check_every)  # fmt: skip
+        start = fed.fixed_clusters(k_train, params, np.zeros(k_clients, int))
+        state = _run_clusters(start, fed, config.rounds, cfl.check_every, criterion)
         out["checks"] = checks
         n_params = sum(a.size for a in jax.tree_util.tree_leaves(params))
         out["clustering_bytes"] = checks["n"] * k_clients * n_params * 4
         state = state.replace(client_updates=state.client_updates + checks["n"] * k_clients)
     elif method in ("ifca", "ifca_plus"):
         k = int(np.max(groups)) + 1 + (2 if method == "ifca_plus" else 0)
-        local = _gwc_config(config, 1).local
-        st = F.ifca_init(fresh, jax.random.fold_in(key, 1), k)
+        ifca = F.make_ifca(_gwc_config(config, 1), net.apply, data)
+        st = ifca.init(k_train, F.random_inits(fresh, jax.random.fold_in(key, 1), k))
         while int(st.rounds) < config.rounds:
-            todo = min(config.chunk, config.rounds - int(st.rounds))
-            st = _IFCA_RUN(st, k_train, todo, net.apply, data, m, local)
-        labels = _IFCA_ASSIGN(net.apply, st.params, data, jax.random.fold_in(key, 4))
+            st = ifca.run_rounds(st, min(config.chunk, config.rounds - int(st.rounds)))
+        labels = ifca.assign(st, jax.random.fold_in(key, 4))
         state = _Assigned(st.params, labels, st.client_updates)
     elif method == "local":
         steps = max(1, round(config.rounds * m / k_clients)) * config.steps
-        local = _gwc_config(config, 1).local
-        stack = _LOCAL_ONLY(net.apply, params, data, k_train, steps, local)
+        fed = F.make_fedgwc(_gwc_config(config, 1), net.apply, data)
+        stack = fed.local_only(params, k_train, steps)
         state = _Assigned(stack, jnp.arange(k_clients), config.rounds * m)
     else:
         raise ValueError(f"unknown method {method!r}")
@@ -305,16 +287,15 @@ def calibrate_cfl(config: Config, pools) -> tuple[F.CFLConfig, dict]:
     data, _, groups = client_data("s0", config, rng, pools)
     net = _model(config.hidden)
     key = jax.random.fold_in(jax.random.key(config.seed), 1000)
-    gwc = _gwc_config(config, 1)
-    state = F.fixed_clusters(net.init(key, jnp.zeros((1, 64))), np.zeros(config.clients, int), gwc)
+    fed = F.make_fedgwc(_gwc_config(config, 1), net.apply, data)
+    state = fed.fixed_clusters(jax.random.fold_in(key, 2), net.init(key, jnp.zeros((1, 64))),
+                               np.zeros(config.clients, int))  # fmt: skip
     every, warmup = max(1, config.rounds // 30), config.rounds // 6
     norms = []
     while int(state.rounds) < config.rounds:
-        state = _run_clusters(state, gwc, config, data, net, jax.random.fold_in(key, 2),
-                              int(state.rounds) + every, chunk=every)  # fmt: skip
+        state = _run_clusters(state, fed, int(state.rounds) + every, every)
         if int(state.rounds) >= warmup:
-            upd = np.asarray(_UPDATES(net.apply, state, data, jax.random.fold_in(key, int(
-                state.rounds)), gwc.local))  # fmt: skip
+            upd = np.asarray(fed.client_deltas(state, jax.random.fold_in(key, int(state.rounds))))
             norms.append((float(np.linalg.norm(upd.mean(0))),
                           float(np.linalg.norm(upd, axis=1).max())))  # fmt: skip
     norms = np.array(norms)
@@ -330,12 +311,13 @@ def evaluate(out: dict, test, noise: np.ndarray, key) -> np.ndarray:
     noisy clients)."""
     xe, ye = test
     x = jnp.asarray(xe) + jnp.asarray(noise)[:, None, None] * jax.random.normal(key, xe.shape)
-    acc = _accuracy(out["net"].apply, out["params"], jnp.asarray(out["labels"]), x, jnp.asarray(ye))
+    acc = _accuracy(out["params"], jnp.asarray(out["labels"]), x, jnp.asarray(ye),
+                    apply_fn=out["net"].apply)  # fmt: skip
     return np.asarray(acc)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _accuracy(apply_fn, params_stack, labels, x, y):
+@functools.partial(jax.jit, static_argnames="apply_fn")
+def _accuracy(params_stack, labels, x, y, *, apply_fn):
     def one(c, xi, yi):
         p = jax.tree_util.tree_map(lambda a: a[c], params_stack)
         return jnp.mean(jnp.argmax(apply_fn(p, xi), -1) == yi)

@@ -50,8 +50,7 @@ import numpy as np
 
 from experiments import _common
 from jaxlab.control import neural_etc as E
-from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
-from jaxlab.core.training import run_chunked
+from jaxlab.control.neural_etc import ETCConfig, make_trainer, run_schedule
 
 NAME = "neural_etc"
 PAPER = "Yang, Zhang, Zhu, Lin, Neural Event-Triggered Control with Optimal Scheduling (ICML 2025)"
@@ -120,18 +119,19 @@ PRESETS = {
 }
 
 
-def _train(system, etc_cfg: ETCConfig, key, n_first: int, n_event: int = 0, out_dir=None, tag=""):
+def _train(system, etc_cfg: ETCConfig, key, out_dir=None, tag=""):
+    """The learner's whole schedule (``run_schedule``: MC / NLC ``steps``; PI ``warmup_steps``
+    then ``event_steps``), checkpointed per phase in ``out_dir/checkpoints/<tag>[_event]``."""
     trainer = make_trainer(system, etc_cfg)
     start = time.perf_counter()
     state = trainer.init(key)
-    chunk = max(1, n_first // 4)
-    ckpt = _common.checkpointer(out_dir, tag) if out_dir is not None else None
-    state, metrics = run_chunked(trainer.step, state, n_first, chunk_size=chunk, checkpointer=ckpt)
-    if n_event:
-        ckpt = _common.checkpointer(out_dir, tag + "_event") if out_dir is not None else None
-        state, _ = run_chunked(
-            trainer.event_step, state, n_event, chunk_size=max(1, n_event // 4), checkpointer=ckpt
-        )
+
+    def checkpointer(phase):
+        if out_dir is None:
+            return None
+        return _common.checkpointer(out_dir, tag + "_event" if phase == "event" else tag)
+
+    state, metrics = run_schedule(trainer, state, checkpointer=checkpointer)
     jax.block_until_ready(state.params)
     return trainer, state, time.perf_counter() - start, metrics
 
@@ -195,7 +195,7 @@ def _run(config: Config, out_dir: Path) -> dict:
     # Neural ETC, Monte Carlo
     mc_cfg = ETCConfig(method="mc", n_samples=config.mc_samples, event_weight=config.mc_weight,
                        steps=config.mc_steps, **common)  # fmt: skip
-    mc, mc_state, secs, _ = _train(system, mc_cfg, key, config.mc_steps, out_dir=out_dir, tag="mc")
+    mc, mc_state, secs, _ = _train(system, mc_cfg, key, out_dir=out_dir, tag="mc")
     m = mc.model
     res = _evaluate(system, m.controller, m.event, mc_state.params, x0s, config)
     lie = E.lie_derivative(system, m.controller, m.lyapunov)
@@ -209,8 +209,7 @@ def _run(config: Config, out_dir: Path) -> dict:
                        warmup_steps=config.pi_warmup, event_steps=config.pi_event_steps,
                        event_batch=config.pi_batch,
                        state_gradient_only=config.pi_state_gradient_only, **common)  # fmt: skip
-    pi, pi_state, secs, _ = _train(system, pi_cfg, key, config.pi_warmup, config.pi_event_steps,
-                                   out_dir=out_dir, tag="pi")  # fmt: skip
+    pi, pi_state, secs, _ = _train(system, pi_cfg, key, out_dir=out_dir, tag="pi")
     m = pi.model
     res = _evaluate(system, m.controller, m.event, pi_state.params, x0s, config)
     lie = E.lie_derivative(system, m.controller, m.lyapunov)
@@ -231,8 +230,7 @@ def _run(config: Config, out_dir: Path) -> dict:
     # NLC baseline
     nlc_cfg = ETCConfig(method="nlc", n_samples=config.nlc_samples, steps=config.nlc_steps,
                         **common)  # fmt: skip
-    nlc, nlc_state, secs, _ = _train(system, nlc_cfg, key, config.nlc_steps, out_dir=out_dir,
-                                     tag="nlc")  # fmt: skip
+    nlc, nlc_state, secs, _ = _train(system, nlc_cfg, key, out_dir=out_dir, tag="nlc")
     m = nlc.model
     res = _evaluate(system, m.controller, m.event, nlc_state.params, x0s, config)
     lie = E.lie_derivative(system, m.controller, m.lyapunov)
@@ -265,8 +263,7 @@ def _run(config: Config, out_dir: Path) -> dict:
     pi_ift = {}
     for weight in config.pi_ift_ablation:
         cfg = dataclasses.replace(pi_cfg, event_weight=weight, state_gradient_only=False)
-        trainer, state, secs, _ = _train(system, cfg, key, config.pi_warmup, config.pi_event_steps,
-                                         out_dir=out_dir, tag=f"pi_ift{weight}")  # fmt: skip
+        trainer, state, secs, _ = _train(system, cfg, key, out_dir=out_dir, tag=f"pi_ift{weight}")
         res = _evaluate(system, trainer.model.controller, trainer.model.event, state.params, x0s,
                         config)  # fmt: skip
         pi_ift[str(weight)] = {k: v for k, v in res.items() if not k.startswith("_")}
@@ -275,8 +272,7 @@ def _run(config: Config, out_dir: Path) -> dict:
     ablation = {}
     for sigma in config.mc_sigma_ablation:
         cfg = dataclasses.replace(mc_cfg, sigma=sigma)
-        trainer, state, secs, _ = _train(system, cfg, key, config.mc_steps, out_dir=out_dir,
-                                         tag=f"mc_sigma{sigma}")  # fmt: skip
+        trainer, state, secs, _ = _train(system, cfg, key, out_dir=out_dir, tag=f"mc_sigma{sigma}")
         res = _evaluate(system, trainer.model.controller, trainer.model.event, state.params, x0s,
                         config)  # fmt: skip
         ablation[str(sigma)] = {k: v for k, v in res.items() if not k.startswith("_")}

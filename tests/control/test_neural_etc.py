@@ -1,12 +1,14 @@
 """jaxlab.control.neural_etc building blocks, in float64: closed forms, invariants, gradients."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxlab.control import neural_etc as E
-from jaxlab.control.neural_etc.train import ETCConfig, make_trainer
+from jaxlab.control.neural_etc import ETCConfig, make_trainer
 from jaxlab.core import sharding
 
 
@@ -33,7 +35,7 @@ def first_trigger_linear(a, k, c1, c2, cfg):
 def test_first_trigger_time_matches_the_closed_form():
     a, k, c1, c2 = 1.0, 3.0, 1.0, 4.0
     P = np.sqrt(c2 / c1)
-    cfg = E.SolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
+    cfg = E.ODESolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
     t1, triggered = first_trigger_linear(a, k, c1, c2, cfg)({"k": jnp.float64(k)})
     exact = np.log((k - a * P / (P + 1)) / (k - a)) / a
     assert bool(triggered)
@@ -42,7 +44,7 @@ def test_first_trigger_time_matches_the_closed_form():
 
 def test_event_time_gradient_matches_finite_differences():
     a, c1, c2 = 1.0, 1.0, 4.0
-    cfg = E.SolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
+    cfg = E.ODESolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
     fn = first_trigger_linear(a, 3.0, c1, c2, cfg)
     t_of_k = lambda k: fn({"k": k})[0]
     for k in (2.0, 3.0, 6.0):
@@ -67,7 +69,7 @@ def test_vmapped_trigger_times_mix_fired_and_unfired_states():
     system = linear_system(1.0)
     field = E.augmented_field(system, lambda p, x: -p * x)
     event = lambda y, p: 4.0 * y[1] ** 2 - y[0] ** 2
-    cfg = E.SolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
+    cfg = E.ODESolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
     fn = lambda k: E.first_trigger_time(field, event, jnp.array([1.0]), k, 0.1, cfg)
     ks = jnp.array([2.0, 6.0, 2.5])
     t1, fired = jax.jit(jax.vmap(fn))(ks)
@@ -271,7 +273,7 @@ def test_bad_inputs_raise():
         E.simulate_etc(system, gains.controller, event, jnp.array([jnp.nan, 0.0, 0.0]), None, 1.0)
     with pytest.raises(ValueError, match=r"`x0` must have shape \(3,\)"):
         E.simulate_etc(system, gains.controller, event, jnp.zeros(2), None, 1.0)
-    with pytest.raises(ValueError, match="`sigma` must be in"):
+    with pytest.raises(ValueError, match="`sigma` must lie in"):
         E.pi_event(system, gains.controller, gains.lyapunov, 1.5)
 
 
@@ -305,7 +307,7 @@ def test_pi_event_step_has_finite_gradients_and_uses_trigger_times():
         event_weight=0.05,
         t_max=2.0,
     )
-    trainer = make_trainer(E.lorenz(), cfg, E.SolverConfig(rtol=1e-5, atol=1e-5))
+    trainer = make_trainer(E.lorenz(), cfg, E.ODESolverConfig(rtol=1e-5, atol=1e-5))
     state = trainer.init(jax.random.key(1))
     state, _ = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 30))(state)
     new, metrics = jax.jit(trainer.event_step)(state)
@@ -319,11 +321,89 @@ def test_pi_event_step_has_finite_gradients_and_uses_trigger_times():
 
 
 def test_trainer_rejects_bad_config():
-
     with pytest.raises(ValueError, match="`method` must be"):
         ETCConfig(method="rl")
-    with pytest.raises(ValueError, match="`sigma` must be in"):
+    with pytest.raises(ValueError, match="`sigma` must lie in"):
         ETCConfig(sigma=1.0)
+    bad = {
+        "n_samples": 0,
+        "learning_rate": 0.0,
+        "event_weight": -0.1,
+        "steps": -1,
+        "warmup_steps": 2.5,
+        "event_steps": -3,
+        "t_max": 0.0,
+        "alpha_grid_max": -1.0,
+        "controller_hidden": (8, 0),
+        "lyapunov_hidden": (),
+    }
+    for name, value in bad.items():
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            ETCConfig(**{name: value})
+    with pytest.raises(ValueError, match="`event_batch` must be <= 8"):
+        ETCConfig(method="pi", n_samples=8, event_batch=9)
+    ETCConfig(method="mc", n_samples=8, event_batch=10)  # only PI draws event starts
+    with pytest.raises(ValueError, match="`rtol`"):
+        E.ODESolverConfig(rtol=0.0)
+    with pytest.raises(ValueError, match="`max_steps`"):
+        E.ODESolverConfig(max_steps=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ETCConfig().steps = 3  # frozen
+    assert hash(ETCConfig()) == hash(ETCConfig()) and hash(E.ODESolverConfig()) is not None
+
+
+def test_schedules_honour_the_step_fields():
+    cfg = ETCConfig(method="pi", n_samples=16, warmup_steps=7, event_steps=3, steps=99,
+                    lyapunov_hidden=(4, 1), controller_hidden=(4, 4))  # fmt: skip
+    pi = make_trainer(E.lorenz(), cfg)
+    assert [(p.name, p.n_steps) for p in pi.phases] == [("warmup", 7), ("event", 3)]
+    assert pi.phases[0].step is pi.step and pi.phases[1].step is pi.event_step
+    assert pi.config is cfg
+    mc = make_trainer(E.lorenz(), dataclasses.replace(cfg, method="mc", warmup_steps=0))
+    assert [(p.name, p.n_steps) for p in mc.phases] == [("train", 99)] and mc.event_step is None
+
+
+def test_run_schedule_runs_phases_in_order_and_skips_empty_ones():
+    """A counting stand-in for the networks: the schedule logic alone (no compile of a loss)."""
+
+    def tagged(tag):
+        def step(state, x=None):
+            return state.replace(step=state.step + 1, key=state.key * 10 + tag), {"tag": tag}
+
+        return step
+
+    state = E.ETCState(
+        {}, (), jnp.zeros((4, 3)), jnp.zeros((), jnp.int64), jnp.zeros((), jnp.int32)
+    )
+    phases = (E.Phase("warmup", tagged(1), 5), E.Phase("skip", tagged(7), 0),
+              E.Phase("event", tagged(2), 3))  # fmt: skip
+    trainer = make_trainer(E.lorenz(), ETCConfig(n_samples=4))._replace(phases=phases)
+    seen = []
+    final, metrics = E.run_schedule(
+        trainer, state, chunks=2, checkpointer=lambda name: seen.append(name)
+    )
+    assert seen == ["warmup", "event"] and set(metrics) == {"warmup", "event"}
+    assert int(final.step) == 8 and int(final.key) == 11111222  # 5 warm-up, then 3 event steps
+    np.testing.assert_array_equal(metrics["warmup"]["tag"], [1] * 5)
+    np.testing.assert_array_equal(metrics["event"]["tag"], [2] * 3)
+    with pytest.raises(ValueError, match="`chunks`"):
+        E.run_schedule(trainer, state, chunks=0)
+
+
+def test_run_schedule_equals_one_scan_and_nlc_uses_core_mlp():
+    cfg = ETCConfig(method="nlc", n_samples=32, steps=6, controller_hidden=(8, 8), resample=True)
+    trainer = make_trainer(E.lorenz(), cfg)
+    state = trainer.init(jax.random.key(5))
+    assert set(state.params["controller"]["params"]) == {"Dense_0", "Dense_1", "Dense_2"}
+    final, metrics = E.run_schedule(trainer, state)  # chunks of 6 // 4 = 1 step
+    want, want_metrics = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 6))(state)
+    np.testing.assert_allclose(metrics["train"]["loss"], want_metrics["loss"], rtol=1e-12)
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12),
+        final.params,
+        want.params,
+    )
+    assert int(final.step) == 6
 
 
 def test_neural_event_time_gradient_matches_finite_differences():
@@ -332,7 +412,7 @@ def test_neural_event_time_gradient_matches_finite_differences():
     state = trainer.init(jax.random.key(1))
     state, _ = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 100))(state)
     field = E.augmented_field(E.lorenz(), trainer.model.controller)
-    solver = E.SolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
+    solver = E.ODESolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
     x0 = jnp.array([1.0, -2.0, 3.0])
     t_of = jax.jit(
         lambda p: E.first_trigger_time(field, trainer.model.event, x0, p, 5.0, solver)[0]
@@ -371,6 +451,15 @@ def test_sharded_mc_loss_equals_unsharded(mesh):
     new, sharded = step(sharded_state)
     np.testing.assert_allclose(sharded["loss"], plain["loss"], rtol=1e-12)
     assert new.data.sharding.spec[0] == "data" or not new.data.sharding.is_fully_replicated
+    # the factory's mesh: the training states are sharded by init and constrained in the step
+    on_mesh = make_trainer(E.lorenz(), cfg, mesh=mesh)
+    state_m = jax.jit(on_mesh.init)(jax.random.key(4))
+    np.testing.assert_array_equal(state_m.data, state.data)
+    assert len(state_m.data.sharding.device_set) == 4
+    _, meshed = jax.jit(on_mesh.step)(state_m)
+    np.testing.assert_allclose(meshed["loss"], plain["loss"], rtol=1e-12)
+    with pytest.raises(ValueError, match="n_samples"):
+        make_trainer(E.lorenz(), dataclasses.replace(cfg, n_samples=63), mesh=mesh)
 
 
 def test_inter_event_times_respect_the_theorem_3_2_bound():

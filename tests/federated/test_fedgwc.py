@@ -1,5 +1,6 @@
 """FedGWC's reward, interaction matrix, convergence statistic, affinity and model selection."""
 
+import dataclasses
 import math
 
 import jax
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
+from jaxlab.core.nn import MLP
 from jaxlab.federated import fedgwc as F
 
 
@@ -140,7 +142,7 @@ def _problem(key, k=6, n=8, d=5):
         count=jax.random.randint(kc, (k,), 4, n + 1),
         noise=jnp.linspace(0.0, 1.0, k),
     )
-    net = F.MLP(hidden=(7,), classes=3)
+    net = MLP((7, 3))  # d -> 7 -> 3, ReLU
     return net, net.init(kp, jnp.zeros((1, d))), data.check(CFG.batch_size)
 
 
@@ -269,7 +271,75 @@ def test_split_children_inherit_parameters_and_blocks(key):
     assert float(state.conv.mse[0]) == 1.0 and int(state.conv.patience[0]) == 0
 
 
+def test_factory_rounds_equal_the_module_rounds_and_chunks_agree(key):
+    net, params, data, cfg = _gwc_problem(key)
+    module = F.init(params, 20, cfg)
+    run = jax.jit(F.run_rounds, static_argnums=(2, 3, 5))
+    want, want_losses = run(module, jax.random.key(0), 50, net.apply, data, cfg)
+    fed = F.make_fedgwc(cfg, net.apply, data)
+    assert (fed.num_clients, fed.clients_per_round) == (20, 4)
+    state = fed.init(jax.random.key(0), params)
+    got, losses = fed.run_rounds(state, 50, until=50)  # until traced: one compile for all below
+    np.testing.assert_array_equal(losses, want_losses)
+    leaves = zip(jax.tree_util.tree_leaves(got.replace(key=None)), jax.tree_util.tree_leaves(want),
+                 strict=True)  # fmt: skip
+    for a, b in leaves:
+        np.testing.assert_array_equal(a, b)
+    assert jax.random.key_data(got.key).tolist() == jax.random.key_data(state.key).tolist()
+    # rounds 0-1 then 2-4 (the key lives in the state: round t uses fold_in(key, t)) == one run
+    half, _ = fed.run_rounds(state, 50, until=2)
+    assert int(half.rounds) == 2
+    rest, _ = fed.run_rounds(half, 50, until=50)
+    np.testing.assert_array_equal(rest.r, got.r)
+    np.testing.assert_array_equal(rest.params["params"]["Dense_0"]["kernel"],
+                                  got.params["params"]["Dense_0"]["kernel"])  # fmt: skip
+    # one step == one round of the scan
+    one, metrics = fed.step(state)
+    assert set(metrics) == {"loss"} and int(one.rounds) == 1
+    np.testing.assert_allclose(metrics["loss"], want_losses[0], rtol=1e-6)
+    np.testing.assert_allclose(one.r, fed.run_rounds(state, 50, until=1)[0].r, atol=1e-7)
+
+
+def test_factory_boundary_errors(key):
+    net, params, data, cfg = _gwc_problem(key)
+    fed = F.make_fedgwc(cfg, net.apply, data)
+    with pytest.raises(ValueError, match="`config` must be a FedGWCConfig"):
+        F.make_fedgwc(CFG, net.apply, data)
+    with pytest.raises(ValueError, match="`data` must be a ClientData"):
+        F.make_ifca(cfg, net.apply, (data.x, data.y))
+    with pytest.raises(ValueError, match="batch_size"):
+        F.make_fedgwc(cfg, net.apply, data.replace(count=data.count.at[0].set(2)))
+    with pytest.raises(ValueError, match="no key"):
+        fed.run_rounds(F.init(params, 20, cfg), 5)
+    with pytest.raises(ValueError, match="`max_rounds`"):
+        fed.run_rounds(fed.init(key, params), 0)
+    with pytest.raises(ValueError, match="`labels` must have shape"):
+        fed.fixed_clusters(key, params, np.zeros(19, int))
+    with pytest.raises(ValueError, match="`steps`"):
+        fed.local_only(params, key, 0)
+    assert F.active_slots(fed.init(key, params)) == 1
+    with pytest.raises(ValueError, match="prefix"):
+        F.active_slots(fed.init(key, params).replace(active=jnp.array([0, 1, 0, 0], bool)))
+
+
 def test_config_errors():
     for bad in (0.0, 1.5):
-        with pytest.raises(ValueError, match="participation"):
+        with pytest.raises(ValueError, match="`participation`"):
             F.FedGWCConfig(participation=bad)
+    for name, value in (("gamma", 0.0), ("eps", -1.0), ("max_clusters", 0),
+                        ("max_candidates", 2), ("seed", 1.5)):  # fmt: skip
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            F.FedGWCConfig(**{name: value})
+    with pytest.raises(ValueError, match="`local`"):
+        F.FedGWCConfig(local={"steps": 3})
+    for name, value in (("steps", 1.0), ("batch_size", 0), ("lr", 0.0), ("weight_decay", -1e-4),
+                        ("momentum", 1.0)):  # fmt: skip
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            F.LocalConfig(**{name: value})
+    for name, value in (("eps1", 0.0), ("eps2", -1.0), ("check_every", 0), ("warmup", -1),
+                        ("min_size", 1)):  # fmt: skip
+        with pytest.raises(ValueError, match=f"`{name}`"):
+            F.CFLConfig(**{"eps1": 1.0, "eps2": 1.0, name: value})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        F.FedGWCConfig().gamma = 1.0
+    assert hash(F.FedGWCConfig()) == hash(F.FedGWCConfig(local=F.LocalConfig()))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
+from jaxlab.core.nn import MLP
 from jaxlab.federated import fedgwc as F
 
 LOCAL = F.LocalConfig(steps=3, batch_size=8, lr=0.1)
@@ -23,18 +24,17 @@ def _network(key, k=30, n=16, d=8, classes=4, noise=None):
     x = centres[y] + jax.random.normal(kx, (k, n, d))
     noise = jnp.zeros((k,)) if noise is None else jnp.asarray(noise, jnp.float32)
     data = F.ClientData(x, y, jnp.full((k,), n), noise).check(LOCAL.batch_size)
-    net = F.MLP(hidden=(16,), classes=classes)
+    net = MLP((16, classes))
     return net, net.init(kp, jnp.zeros((1, d))), data
 
 
 def _interaction_after(rounds, net, params, data, cfg):
     """Accumulate ``R`` for ``rounds`` rounds without triggering, then force one attempt."""
-    state = F.init(params, data.count.shape[0], cfg)
-    run = jax.jit(F.run_rounds, static_argnums=(2, 3, 5))
-    state, _ = run(state, jax.random.key(11), rounds, net.apply, data, cfg)
+    fed = F.make_fedgwc(cfg, net.apply, data)
+    state, _ = fed.run_rounds(fed.init(jax.random.key(11), params), rounds)
     assert int(state.rounds) == rounds  # eps = 1e-30: no trigger on the way
     state = state.replace(conv=F.ConvergenceState(state.conv.mse, state.target))
-    return F.try_split(state, cfg)
+    return fed.try_split(state)
 
 
 def test_tiny_end_to_end_noise_group_splits_and_iid_does_not():
@@ -80,10 +80,10 @@ def test_fixed_clusters_train_inside_groups_and_never_split(key):
     net, params, data = _network(key, k=20)
     cfg = F.FedGWCConfig(participation=0.2, local=LOCAL, eps=1.0, max_clusters=3)
     groups = np.repeat([0, 1, 2], [8, 6, 6])
-    state = F.fixed_clusters(params, groups, cfg)
+    fed = F.make_fedgwc(cfg, net.apply, data)
+    state = fed.fixed_clusters(key, params, groups)
     assert not bool(state.splittable.any()) and int(state.active.sum()) == 3
-    run = jax.jit(F.run_rounds, static_argnums=(2, 3, 5))
-    state, _ = run(state, key, 7, net.apply, data, cfg)
+    state, _ = fed.run_rounds(state, 7)
     assert int(state.rounds) == 7 and int(state.client_updates) == 7 * 3 * 4
     np.testing.assert_array_equal(state.labels, groups)
     np.testing.assert_array_equal(state.r, np.float32(1.0 / 400))  # no interaction signal
@@ -109,9 +109,11 @@ def test_ifca_picks_the_better_model_and_leaves_the_unchosen_one(key):
     want = -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), data.y[0][:, None], 1))
     np.testing.assert_allclose(losses[0], want, rtol=1e-5)
     assert float(losses[1]) > float(losses[0])
-    new, choice = jax.jit(F.ifca_round, static_argnums=(2, 4, 5))(
-        state, key, net.apply, data, 4, LOCAL
-    )
+    ifca = F.make_ifca(F.FedGWCConfig(participation=1 / 3, local=LOCAL), net.apply, data)
+    assert ifca.clients_per_round == 4
+    new, metrics = ifca.step(ifca.init(key, state.params))
+    choice = metrics["choice"]
+    assert choice.shape == (4,) and int(new.rounds) == 1
     np.testing.assert_array_equal(choice, 0)
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a[1], b[1]),
                            new.params, state.params)  # fmt: skip
@@ -119,19 +121,31 @@ def test_ifca_picks_the_better_model_and_leaves_the_unchosen_one(key):
                            state.params["params"]["Dense_0"]["kernel"][0])  # fmt: skip
     assert int(new.client_updates) == 4
     np.testing.assert_array_equal(F.ifca_assign(net.apply, state.params, data, key), 0)
+    np.testing.assert_array_equal(ifca.assign(new, key), 0)
     with pytest.raises(ValueError, match="k >= 1"):
         F.ifca_init(lambda k: params, key, 0)
     with pytest.raises(ValueError, match="m=13"):
         F.ifca_round(state, key, net.apply, data, 13, LOCAL)
 
 
-def test_ifca_round_sharded_equals_unsharded(mesh, key):
+def test_ifca_rounds_sharded_equal_unsharded_and_the_module_rounds(mesh, key):
     net, params, data = _network(key, k=12)
-    state = F.ifca_init(lambda k: net.init(k, jnp.zeros((1, 8))), key, 2)
-    run = jax.jit(F.ifca_round, static_argnums=(2, 4, 5, 6))
-    a = run(state, key, net.apply, data, 4, LOCAL, None)
-    b = run(state, key, net.apply, data, 4, LOCAL, mesh)
-    jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-6), a, b)
+    inits = F.random_inits(lambda k: net.init(k, jnp.zeros((1, 8))), key, 2)
+    cfg = F.FedGWCConfig(participation=1 / 3, local=LOCAL)  # m = 4
+    plain, sharded = (F.make_ifca(cfg, net.apply, data, m) for m in (None, mesh))
+    a = plain.run_rounds(plain.init(jax.random.key(2), inits), 3)
+    b = sharded.run_rounds(sharded.init(jax.random.key(2), inits), 3)
+    assert int(a.rounds) == 3 and int(a.client_updates) == 12
+    jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-6), a.params,
+                           b.params)  # fmt: skip
+    # the module function with the key as an argument: the same rounds
+    zero = jnp.zeros((), jnp.int32)
+    want = F.ifca_run(F.IFCAState(inits, zero, zero), jax.random.key(2), 3,
+                      net.apply, data, 4, LOCAL)  # fmt: skip
+    jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-6), a.params,
+                           want.params)  # fmt: skip
+    with pytest.raises(ValueError, match="clients_per_round"):
+        F.make_ifca(F.FedGWCConfig(participation=0.25, local=LOCAL), net.apply, data, mesh)
 
 
 def test_cfl_bipartitions_opposed_updates_only(key):
@@ -159,7 +173,7 @@ def test_client_deltas_start_from_the_own_cluster_model(key):
     state = F.fixed_clusters(params, np.repeat([0, 1], 4), cfg)
     state = state.replace(params=jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), params,
                                                         other))  # fmt: skip
-    upd = jax.jit(F.client_deltas, static_argnums=(0, 4))(net.apply, state, data, key, LOCAL)
+    upd = F.make_fedgwc(cfg, net.apply, data).client_deltas(state, key)
     keys = jax.random.split(key, 8)
     for k, start in ((1, params), (6, other)):
         end, _ = F.local_train(net.apply, start, data.x[k], data.y[k], data.count[k],
@@ -171,7 +185,8 @@ def test_client_deltas_start_from_the_own_cluster_model(key):
 
 def test_local_only_is_each_client_alone(key):
     net, params, data = _network(key, k=5)
-    stack = F.local_only(net.apply, params, data, key, 6, LOCAL)
+    cfg = F.FedGWCConfig(participation=0.4, local=LOCAL)
+    stack = F.make_fedgwc(cfg, net.apply, data).local_only(params, key, 6)
     keys = jax.random.split(key, 5)
     cfg6 = F.LocalConfig(steps=6, batch_size=8, lr=0.1)
     alone, _ = F.local_train(net.apply, params, data.x[3], data.y[3], data.count[3],

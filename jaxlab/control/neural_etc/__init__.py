@@ -6,17 +6,38 @@ https://github.com/jingddong-zhang/Neural-Event-triggered-Control (PyTorch, floa
 Contents: systems (:mod:`.systems`), networks (:mod:`.models`), event-triggered simulation and
 differentiable first-trigger times with diffrax (:mod:`.events`), the projection
 (:mod:`.projection`), the LQR baseline (:mod:`.lqr`) and the MC / PI / NLC trainers
-(:mod:`.train`). Measured on Lorenz (README, Results): the MC controller needs 8-30 triggers on
-every seed, the PI one is seed-fragile, and a correctly implemented LQR-ETC needs about 30, so
-the paper's 10x reduction over LQR does not hold here.
+(:mod:`.train`: :class:`ETCConfig`, :func:`make_trainer` -> ``init(key)`` /
+``step(state, x=None) -> (state, metrics)``, and :func:`run_schedule`, which runs a method's
+whole schedule, PI's warm-up then event phase included). Measured on Lorenz (README, Results):
+the MC controller needs 8-30 triggers on every seed, the PI one is seed-fragile, and a correctly
+implemented LQR-ETC needs about 30, so the paper's 10x reduction over LQR does not hold here.
 
 Simulations are meant to run in float64: wrap calls in ``with jax.enable_x64(True):`` and pass
 float64 states (the library never switches x64 on globally).
+
+:func:`run_schedule` runs ``steps`` steps for MC / NLC; for ``method="pi"`` it runs
+``warmup_steps`` stability steps, then ``event_steps`` steps with the event loss.
+
+Example (a tiny MC learner on Lorenz through its whole schedule)::
+
+    import jax
+    from jaxlab.control.neural_etc import ETCConfig, lorenz, make_trainer, run_schedule
+
+    with jax.enable_x64(True):
+        config = ETCConfig(method="mc", n_samples=64, steps=8, lyapunov_hidden=(8, 1),
+                           controller_hidden=(8, 8), alpha_hidden=(4, 4))
+        trainer = make_trainer(lorenz(), config)
+        state = jax.jit(trainer.init)(jax.random.key(0))    # ETCState, data [64, 3] float64
+        state, metrics = run_schedule(trainer, state)       # {"train": {"loss": [8], ...}}
+        assert metrics["train"]["loss"][-1] < metrics["train"]["loss"][0]
+        u = trainer.model.controller(state.params, state.data[0])   # [3] control
 """
 
 from jaxlab.control.neural_etc.events import (
+    EVALUATION_SOLVER,
+    TRAINING_SOLVER,
     ETCTrajectory,
-    SolverConfig,
+    ODESolverConfig,
     augmented_field,
     first_trigger_time,
     mc_event,
@@ -34,16 +55,33 @@ from jaxlab.control.neural_etc.models import (
 )
 from jaxlab.control.neural_etc.projection import lie_derivative, project
 from jaxlab.control.neural_etc.systems import ControlSystem, closed_loop, grn, lorenz
+from jaxlab.control.neural_etc.train import (
+    ETCConfig,
+    ETCModel,
+    ETCState,
+    Phase,
+    Trainer,
+    make_model,
+    make_trainer,
+    run_schedule,
+)
 
 __all__ = [
+    "EVALUATION_SOLVER",
     "LQR",
+    "TRAINING_SOLVER",
     "ClassK",
     "ControlSystem",
     "Controller",
+    "ETCConfig",
+    "ETCModel",
+    "ETCState",
     "ETCTrajectory",
     "ICNNLyapunov",
-    "SolverConfig",
+    "ODESolverConfig",
+    "Phase",
     "SpectralDense",
+    "Trainer",
     "augmented_field",
     "clenshaw_curtis",
     "closed_loop",
@@ -53,9 +91,12 @@ __all__ = [
     "lorenz",
     "lqr",
     "lqr_event",
+    "make_model",
+    "make_trainer",
     "mc_event",
     "pi_event",
     "project",
+    "run_schedule",
     "simulate_etc",
     "smooth_relu",
 ]

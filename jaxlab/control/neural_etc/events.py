@@ -26,26 +26,30 @@ zero gradient.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import diffrax
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optimistix as optx
 from optimistix._solver.bisection import _BisectionState  # state layout of optx.Bisection
 
 from jaxlab.control.neural_etc.systems import ControlSystem
+from jaxlab.core.checks import check_finite, check_in_range, check_int, check_positive
 
 Params = Any
 ParamFn = Callable[[Params, jax.Array], jax.Array]
 YFn = Callable[[jax.Array, Params], jax.Array]
 
 __all__ = [
+    "EVALUATION_SOLVER",
     "ETCTrajectory",
-    "SolverConfig",
+    "ODESolverConfig",
+    "TRAINING_SOLVER",
     "augmented_field",
+    "check_sigma",
     "first_trigger_time",
     "mc_event",
     "pi_event",
@@ -53,13 +57,20 @@ __all__ = [
 ]
 
 
-class SolverConfig(NamedTuple):
-    """ODE solver settings: adaptive Tsit5 with a PID controller and a bisection root finder.
+@dataclasses.dataclass(frozen=True)
+class ODESolverConfig:
+    """diffrax settings: adaptive Tsit5 with a PID controller and a bisection root finder.
 
     The event root is bracketed by the step in which ``h`` changed sign; bisection on the dense
     interpolant is used rather than Newton because ``h`` can be very steep inside a step (the
     smoothed ReLU of the ICNN switches over a band of width 0.1), where Newton from the step
     end fails and would report the step end as the trigger time.
+
+    Attributes:
+      rtol, atol: the PID step-size controller's tolerances (> 0).
+      dt0: the first step size (> 0).
+      max_steps: diffrax's step budget per solve (>= 1); a solve that runs out reports failure.
+      root_tol: the bisection's absolute and relative tolerance on the trigger time (> 0).
     """
 
     rtol: float = 1e-6
@@ -68,9 +79,14 @@ class SolverConfig(NamedTuple):
     max_steps: int = 16_384
     root_tol: float = 1e-10
 
+    def __post_init__(self):
+        for name in ("rtol", "atol", "dt0", "root_tol"):
+            check_positive(getattr(self, name), name)
+        check_int(self.max_steps, "max_steps", minimum=1)
 
-TRAINING_SOLVER = SolverConfig()
-EVALUATION_SOLVER = SolverConfig(rtol=1e-8, atol=1e-8)
+
+TRAINING_SOLVER = ODESolverConfig()
+EVALUATION_SOLVER = ODESolverConfig(rtol=1e-8, atol=1e-8)
 
 
 def _split(y: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -120,16 +136,9 @@ def mc_event(
     return event
 
 
-def check_finite(x: jax.Array, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` if a concrete ``x`` has NaN/inf (skipped if traced)."""
-    if not isinstance(x, jax.core.Tracer) and not np.all(np.isfinite(np.asarray(x))):
-        raise ValueError(f"`{name}` must be finite, got {x}.")
-
-
-def check_sigma(sigma: float) -> None:
-    """Raise ``ValueError`` unless the event parameter ``sigma`` is in (0, 1)."""
-    if not 0.0 < sigma < 1.0:
-        raise ValueError(f"`sigma` must be in (0, 1), got {sigma}.")
+def check_sigma(sigma: float, name: str = "sigma") -> float:
+    """Raise ``ValueError`` naming ``name`` unless the event parameter is in ``(0, 1)``."""
+    return check_in_range(sigma, name, 0.0, 1.0, low_open=True, high_open=True)
 
 
 class _BracketBisection(optx.Bisection):
@@ -181,7 +190,7 @@ def first_trigger_time(
     x0: jax.Array,
     params: Params,
     t_max: float,
-    solver_cfg: SolverConfig = TRAINING_SOLVER,
+    solver_cfg: ODESolverConfig = TRAINING_SOLVER,
     state_gradient_only: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """First trigger time ``t1`` from ``(x0, e = 0)``, differentiable in ``params`` (and ``x0``).
@@ -259,7 +268,7 @@ def simulate_etc(
     horizon: float,
     max_triggers: int = 2000,
     n_grid: int = 1000,
-    solver_cfg: SolverConfig = EVALUATION_SOLVER,
+    solver_cfg: ODESolverConfig = EVALUATION_SOLVER,
     nudge: float = 1e-7,
     escape_radius: float = float("inf"),
 ) -> ETCTrajectory:

@@ -22,6 +22,10 @@ from 0, where no ``V`` can decrease) in 4 of 6 seeds; resampled, all 6 converged
 Totals: PI ``L_stab`` for ``warmup_steps`` then ``L_stab + lambda L_event`` for ``event_steps``;
 MC ``L~_stab + lambda L_{alpha^-1}`` for ``steps``; Adam throughout. Lie derivatives are one
 ``jax.jvp`` per state. Run in float64 (``jax.enable_x64``) as the official code does.
+
+:func:`make_trainer` builds the pure steps; :func:`run_schedule` runs a method's whole schedule
+(:attr:`Trainer.phases`: ``steps`` steps for MC / NLC; ``warmup_steps`` warm-up steps, then
+``event_steps`` event steps for PI) as jitted chunks with optional checkpoints.
 """
 
 from __future__ import annotations
@@ -30,14 +34,15 @@ import dataclasses
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.sharding import Mesh
 
 from jaxlab.control.neural_etc.events import (
-    SolverConfig,
+    TRAINING_SOLVER,
+    ODESolverConfig,
     augmented_field,
     check_sigma,
     first_trigger_time,
@@ -47,10 +52,34 @@ from jaxlab.control.neural_etc.events import (
 from jaxlab.control.neural_etc.models import ClassK, Controller, ICNNLyapunov
 from jaxlab.control.neural_etc.projection import lie_derivative, project
 from jaxlab.control.neural_etc.systems import ControlSystem
+from jaxlab.core import sharding
+from jaxlab.core.checkpoint import Checkpointer
+from jaxlab.core.checks import check_choice, check_int, check_positive
+from jaxlab.core.nn import MLP
+from jaxlab.core.training import ChunkCallback, run_chunked
 
-__all__ = ["ETCConfig", "ETCModel", "TrainState", "make_model", "make_trainer"]
+__all__ = [
+    "METHODS",
+    "ETCConfig",
+    "ETCModel",
+    "ETCState",
+    "Phase",
+    "Trainer",
+    "make_model",
+    "make_trainer",
+    "run_schedule",
+]
 
 Method = Literal["mc", "pi", "nlc"]
+METHODS = ("mc", "pi", "nlc")
+
+
+def _check_widths(widths, name: str) -> tuple[int, ...]:
+    if not isinstance(widths, tuple) or len(widths) == 0:
+        raise ValueError(f"`{name}` must be a non-empty tuple of positive ints, got {widths!r}.")
+    for w in widths:
+        check_int(w, name, minimum=1)
+    return widths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,19 +88,24 @@ class ETCConfig:
 
     Attributes:
       method: ``"mc"``, ``"pi"`` or ``"nlc"``.
-      n_samples: training states (MC 5000, PI 2000, NLC 5000).
+      n_samples: training states ``N`` (MC 5000, PI 2000, NLC 5000).
       learning_rate: Adam step size (0.05).
       event_weight: ``lambda_2`` (MC 0.1, PI 0.05).
-      sigma: event-function parameter (0.5).
-      steps: MC/NLC Adam steps; PI uses ``warmup_steps`` + ``event_steps``.
-      event_batch: ``M`` first-trigger solves per PI step (10).
+      sigma: event-function parameter, in ``(0, 1)`` (0.5).
+      steps: Adam steps of the MC / NLC schedule (:func:`run_schedule`; PI ignores it).
+      warmup_steps: PI's stability-only steps before the event loss is switched on (MC / NLC
+        ignore it).
+      event_steps: PI's steps with the event loss, after the warm-up (MC / NLC ignore it).
+      event_batch: ``M`` first-trigger solves per PI event step (10).
       t_max: cap for first-trigger solves (no trigger -> ``t_max``, masked gradient).
-      lyapunov_hidden, controller_hidden, alpha_hidden: network sizes.
+      lyapunov_hidden: widths of the ICNN (MC / PI; the last one is its output, 1).
+      controller_hidden: hidden widths of the controller (MC / PI), and of both tanh MLPs (NLC).
+      alpha_hidden: hidden widths of the class-K function's slope network (MC).
       alpha_grid_max: upper end of the ``1/q`` grid (10 for Lorenz).
-      state_gradient_only: PI event-time gradient as the official code computes it (see
-        :func:`~jaxlab.control.neural_etc.events.first_trigger_time`); default the full IFT one.
       resample: draw a fresh set of ``n_samples`` training states every step instead of
         fixing them at ``init`` (the official code fixes them; see the module docstring).
+      state_gradient_only: PI event-time gradient as the official code computes it (see
+        :func:`~jaxlab.control.neural_etc.events.first_trigger_time`); default the full IFT one.
     """
 
     method: Method = "mc"
@@ -92,22 +126,19 @@ class ETCConfig:
     state_gradient_only: bool = False
 
     def __post_init__(self):
-        if self.method not in ("mc", "pi", "nlc"):
-            raise ValueError(f"`method` must be 'mc', 'pi' or 'nlc', got {self.method!r}.")
+        check_choice(self.method, "method", METHODS)
+        check_int(self.n_samples, "n_samples", minimum=1)
+        check_positive(self.learning_rate, "learning_rate")
+        check_positive(self.event_weight, "event_weight", strict=False)
         check_sigma(self.sigma)
-        for name in ("n_samples", "event_batch"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
-
-
-class _TanhMLP(nn.Module):
-    features: tuple[int, ...]
-
-    @nn.compact
-    def __call__(self, x):
-        for f in self.features[:-1]:
-            x = jnp.tanh(nn.Dense(f)(x))
-        return nn.Dense(self.features[-1])(x)
+        for name in ("steps", "warmup_steps", "event_steps"):
+            check_int(getattr(self, name), name, minimum=0)
+        cap = self.n_samples if self.method == "pi" else None  # PI draws them without replacement
+        check_int(self.event_batch, "event_batch", minimum=1, maximum=cap)
+        check_positive(self.t_max, "t_max")
+        check_positive(self.alpha_grid_max, "alpha_grid_max")
+        for name in ("lyapunov_hidden", "controller_hidden", "alpha_hidden"):
+            _check_widths(getattr(self, name), name)
 
 
 class ETCModel(NamedTuple):
@@ -115,6 +146,14 @@ class ETCModel(NamedTuple):
 
     ``params`` is ``{"controller": ..., "lyapunov": ..., "alpha": ...}`` (``alpha`` for MC only;
     ``alpha_slope`` is its derivative ``q``). ``event`` is the method's event function.
+
+    Attributes:
+      init: ``init(key) -> params``.
+      controller: ``u(params, x [n]) -> [m]``, ``u(0) = 0``.
+      lyapunov: ``V(params, x [n]) -> []``.
+      alpha: ``alpha(params, r []) -> []`` (MC), else ``None``.
+      alpha_slope: ``q(params, r []) -> []``, ``alpha' = q > 0`` (MC), else ``None``.
+      event: ``h(y [2n], params) -> []`` on ``y = (x, e)``.
     """
 
     init: Callable[[jax.Array], dict]
@@ -129,8 +168,8 @@ def make_model(system: ControlSystem, cfg: ETCConfig) -> ETCModel:
     """Networks for ``cfg.method`` on ``system`` (NLC: tanh MLPs; MC/PI: ICNN + spectral MLP)."""
     n, m = system.state_dim, system.control_dim
     if cfg.method == "nlc":
-        v_net = _TanhMLP((*cfg.controller_hidden, 1))
-        u_net = _TanhMLP((*cfg.controller_hidden, m))
+        v_net = MLP((*cfg.controller_hidden, 1), activation="tanh")
+        u_net = MLP((*cfg.controller_hidden, m), activation="tanh")
 
         def controller(p, x):
             out = u_net.apply(p["controller"], x)
@@ -173,8 +212,19 @@ def make_model(system: ControlSystem, cfg: ETCConfig) -> ETCModel:
 
 
 @struct.dataclass
-class TrainState:
-    """``params``, Adam state, the training states ``data [N, n]``, ``key`` and ``step``."""
+class ETCState:
+    """Training state of one learner (a pytree; ``N = n_samples``, ``n = state_dim``).
+
+    Attributes:
+      params: ``{"controller", "lyapunov"[, "alpha"]}`` network parameters (:class:`ETCModel`).
+      opt_state: Adam's state for ``params``.
+      data: ``[N, n]`` the training states drawn at ``init`` (with ``resample`` the loss uses a
+        fresh draw of the same shape each step); PI's event steps draw their ``event_batch``
+        start states from these rows.
+      key: ``[]`` typed PRNG key; step ``t`` draws ``fold_in(key, t)`` (PI's event starts) and
+        ``fold_in(fold_in(key, 1), t)`` (resampled training states).
+      step: ``[]`` int32, Adam steps taken (across both PI phases).
+    """
 
     params: dict
     opt_state: optax.OptState
@@ -183,35 +233,81 @@ class TrainState:
     step: jax.Array
 
 
+Step = Callable[[ETCState, object], tuple[ETCState, dict]]
+
+
+class Phase(NamedTuple):
+    """One stage of a training schedule: ``n_steps`` applications of ``step``."""
+
+    name: str
+    step: Step
+    n_steps: int
+
+
 class Trainer(NamedTuple):
-    init: Callable[[jax.Array], TrainState]
-    step: Callable[[TrainState, object], tuple[TrainState, dict]]
-    event_step: Callable[[TrainState, object], tuple[TrainState, dict]] | None
+    """The pure functions of one learner (see :func:`make_trainer`).
+
+    Attributes:
+      init: ``init(key) -> ETCState``.
+      step: ``step(state, x=None) -> (state, metrics)``: the MC / NLC step or the PI warm-up
+        step (stability loss only). Metrics: ``loss``, ``stab`` (and ``alpha_inv`` for MC).
+      event_step: the PI step with the event loss (``None`` for MC / NLC). Metrics: ``loss``,
+        ``stab``, ``event`` (mean ``1 / t1``), ``fired`` (fraction of starts that triggered).
+      model: the networks (:class:`ETCModel`).
+      projected_controller: ``u_hat(params, x)``, the controller through the projection.
+      config: the :class:`ETCConfig`.
+      phases: the schedule :func:`run_schedule` runs: ``(Phase("train", step, steps),)`` for MC /
+        NLC, ``(Phase("warmup", step, warmup_steps), Phase("event", event_step, event_steps))``
+        for PI.
+    """
+
+    init: Callable[[jax.Array], ETCState]
+    step: Step
+    event_step: Step | None
     model: ETCModel
     projected_controller: Callable
+    config: ETCConfig
+    phases: tuple[Phase, ...]
 
 
 def make_trainer(
-    system: ControlSystem, cfg: ETCConfig, solver_cfg: SolverConfig | None = None
+    system: ControlSystem,
+    config: ETCConfig,
+    solver_config: ODESolverConfig | None = None,
+    mesh: Mesh | None = None,
 ) -> Trainer:
-    """``init(key)`` and the pure steps of ``cfg.method``.
+    """The pure ``init`` / ``step`` functions of ``config.method`` on ``system``.
 
-    ``step`` is the MC / NLC step or the PI warm-up step (stability only); ``event_step`` is the
-    PI step with the event loss (``None`` otherwise).
+    Args:
+      system: the control-affine system (its ``domain`` is the training box).
+      config: the learner's hyperparameters.
+      solver_config: diffrax settings of PI's first-trigger solves (default
+        :data:`~jaxlab.control.neural_etc.events.TRAINING_SOLVER`).
+      mesh: optional 1-D ``"data"`` mesh (:func:`jaxlab.core.sharding.data_mesh`): the
+        ``n_samples`` training states are sharded across it (``n_samples`` a multiple of the
+        device count); ``None`` runs on one device with the same code.
+
+    Returns:
+      A :class:`Trainer`; ``step`` is the MC / NLC step or the PI warm-up step, ``event_step``
+      the PI step with the event loss (``None`` otherwise).
     """
+    cfg = config
+    if mesh is not None:
+        sharding.check_divisible(cfg.n_samples, mesh, "n_samples")
     model = make_model(system, cfg)
-    solver_cfg = solver_cfg or SolverConfig()
+    solver_cfg = TRAINING_SOLVER if solver_config is None else solver_config
     lie = lie_derivative(system, model.controller, model.lyapunov)
     optimizer = optax.adam(cfg.learning_rate)
     box = system.domain / 2 if cfg.method == "nlc" else system.domain
     field = augmented_field(system, model.controller)
 
-    def init(key) -> TrainState:
+    def init(key) -> ETCState:
         k_params, k_data, k_run = jax.random.split(key, 3)
         params = model.init(k_params)
         shape = (cfg.n_samples, system.state_dim)
         data = jax.random.uniform(k_data, shape, jnp.result_type(float), -box, box)
-        return TrainState(params, optimizer.init(params), data, k_run, jnp.zeros((), jnp.int32))
+        data = sharding.constrain_batch(data, mesh)
+        return ETCState(params, optimizer.init(params), data, k_run, jnp.zeros((), jnp.int32))
 
     def stability(params, data):
         lv = jax.vmap(lambda x: lie(params, x))(data)
@@ -235,13 +331,14 @@ def make_trainer(
         new = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
         return new, {"loss": loss, **aux}
 
-    def batch(state: TrainState) -> jax.Array:
+    def batch(state: ETCState) -> jax.Array:
         if not cfg.resample:
-            return state.data
+            return sharding.constrain_batch(state.data, mesh)
         key = jax.random.fold_in(jax.random.fold_in(state.key, 1), state.step)
-        return jax.random.uniform(key, state.data.shape, state.data.dtype, -box, box)
+        data = jax.random.uniform(key, state.data.shape, state.data.dtype, -box, box)
+        return sharding.constrain_batch(data, mesh)
 
-    def step(state: TrainState, _=None):
+    def step(state: ETCState, x=None):
         data = batch(state)
 
         def loss_fn(params):
@@ -253,7 +350,7 @@ def make_trainer(
 
         return adam_step(state, loss_fn)
 
-    def event_step(state: TrainState, _=None):
+    def event_step(state: ETCState, x=None):
         key = jax.random.fold_in(state.key, state.step)
         idx = jax.random.choice(key, cfg.n_samples, (cfg.event_batch,), replace=False)
         starts = state.data[idx]
@@ -262,8 +359,8 @@ def make_trainer(
         def loss_fn(params):
             stab = stability(params, data)
             t1, fired = jax.vmap(
-                lambda x: first_trigger_time(
-                    field, model.event, x, params, cfg.t_max, solver_cfg, cfg.state_gradient_only
+                lambda x0: first_trigger_time(
+                    field, model.event, x0, params, cfg.t_max, solver_cfg, cfg.state_gradient_only
                 )
             )(starts)
             event_loss = jnp.mean(1.0 / t1)
@@ -273,4 +370,56 @@ def make_trainer(
         return adam_step(state, loss_fn)
 
     projected = project(model.controller, model.lyapunov, system)
-    return Trainer(init, step, event_step if cfg.method == "pi" else None, model, projected)
+    if cfg.method == "pi":
+        phases = (Phase("warmup", step, cfg.warmup_steps), Phase("event", event_step,
+                                                                 cfg.event_steps))  # fmt: skip
+    else:
+        phases = (Phase("train", step, cfg.steps),)
+    return Trainer(
+        init, step, event_step if cfg.method == "pi" else None, model, projected, cfg, phases
+    )
+
+
+def run_schedule(
+    trainer: Trainer,
+    state: ETCState,
+    *,
+    chunks: int = 4,
+    checkpointer: Callable[[str], Checkpointer | None] | None = None,
+    on_chunk: ChunkCallback | None = None,
+) -> tuple[ETCState, dict[str, dict]]:
+    """Run the learner's whole schedule (:attr:`Trainer.phases`) from ``state``.
+
+    MC / NLC: ``config.steps`` steps of ``step``. PI: ``config.warmup_steps`` warm-up steps
+    (stability loss only), then ``config.event_steps`` steps of ``event_step`` (with the event
+    loss). Each phase runs in jitted chunks of ``max(1, n_steps // chunks)`` steps
+    (:func:`jaxlab.core.training.run_chunked`; the chunking does not change the result); a phase
+    of 0 steps is skipped.
+
+    Args:
+      trainer: from :func:`make_trainer`.
+      state: the initial state (``trainer.init(key)``).
+      chunks: about how many chunks (host syncs) per phase.
+      checkpointer: ``checkpointer(phase_name) -> Checkpointer | None``: periodic checkpoints and
+        resume of each phase (``run_chunked``'s ``checkpointer``).
+      on_chunk: ``run_chunked``'s host callback, called after every chunk of every phase.
+
+    Returns:
+      ``(state, metrics)``: ``metrics[phase_name]`` is that phase's metrics dict, leaves NumPy
+      arrays ``[n_steps, ...]`` (phases of 0 steps are absent).
+    """
+    check_int(chunks, "chunks", minimum=1)
+    metrics = {}
+    for phase in trainer.phases:
+        if phase.n_steps == 0:
+            continue
+        ckpt = None if checkpointer is None else checkpointer(phase.name)
+        state, metrics[phase.name] = run_chunked(
+            phase.step,
+            state,
+            phase.n_steps,
+            chunk_size=max(1, phase.n_steps // chunks),
+            checkpointer=ckpt,
+            on_chunk=on_chunk,
+        )
+    return state, metrics

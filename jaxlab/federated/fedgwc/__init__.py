@@ -16,20 +16,37 @@ baselines on the same machinery.
   (spectral embedding + ``cluster_qr`` spectral clustering, Davies-Bouldin < 1 gate);
 - :mod:`.baselines`: FedAvg and Oracle (fixed clusterings), IFCA, CFL and Local;
 - :mod:`.cohesion`: ``class_cohesion_scores``, a labelled stand-in for the paper's Wasserstein
-  Adjusted Score (not in the official code).
+  Adjusted Score (not in the official code);
+- :mod:`.factory`: :func:`make_fedgwc` / :func:`make_ifca`, the entry points: pure functions that
+  close over the config, the model's ``apply_fn`` and the client data (``init(key, params)``,
+  ``step(state)``, ``run_rounds(state, max_rounds, until=...)``, ``try_split(state)``, ...).
 
-Usage (jitted chunks of rounds; the rare clustering step on the host)::
+The model is any Flax ``apply_fn``; the spec's digits classifier is
+``jaxlab.core.nn.MLP((64, 10))``. Use one module instance per architecture (its bound ``apply``
+is a static argument of the jitted rounds).
 
-    data = ClientData(x, y, count, noise)          # [K, n_max, d], [K, n_max], [K], [K]
-    net = MLP(hidden=(64,), classes=10)
-    config = FedGWCConfig(participation=0.1, local=LocalConfig(lr=0.05))
-    state = init(net.init(key, x[0, :1]), K, config)
-    run = jax.jit(run_rounds, static_argnums=(2, 3, 5))
-    while int(state.rounds) < 3000:
-        state, losses = run(state, key, 500, net.apply, data, config, until=3000)
-        if bool(triggered(state).any()):           # some cluster's patience reached its target
-            state, records = try_split(state, config)   # spectral clustering, DB < 1 gate
-    # state.labels [K]: each client's cluster slot; state.params: one model per slot
+Example (12 random clients, a noisy third; jitted chunks of rounds, clustering on the host)::
+
+    import jax
+    import jax.numpy as jnp
+    from jaxlab.core.nn import MLP
+    from jaxlab.federated.fedgwc import ClientData, FedGWCConfig, LocalConfig, make_fedgwc
+
+    k, n, d = 12, 16, 8                                   # clients, samples each, features
+    kx, ky, kp, kr = jax.random.split(jax.random.key(0), 4)
+    data = ClientData(x=jax.random.normal(kx, (k, n, d)), y=jax.random.randint(ky, (k, n), 0, 3),
+                      count=jnp.full((k,), n), noise=jnp.where(jnp.arange(k) < 8, 0.0, 2.0))
+    net = MLP((16, 3))                                    # d -> 16 -> 3 classes, ReLU
+    local = LocalConfig(steps=2, batch_size=8, lr=0.1)
+    fed = make_fedgwc(FedGWCConfig(participation=0.25, local=local, max_clusters=2), net.apply,
+                      data)
+    state = fed.init(kr, net.init(kp, jnp.zeros((1, d))))   # one cluster of all 12 clients
+    while int(state.rounds) < 30:
+        state, losses = fed.run_rounds(state, 10, until=30)  # stops early at a trigger
+        if bool(fed.triggered(state).any()):
+            state, records = fed.try_split(state)       # spectral clustering, DB < 1 gate
+    state, metrics = fed.step(state)                      # one more round: {"loss": []}
+    print(state.labels, metrics["loss"])                  # [12] cluster slot of each client
 """
 
 from jaxlab.federated.fedgwc.baselines import (
@@ -45,12 +62,15 @@ from jaxlab.federated.fedgwc.baselines import (
     ifca_round,
     ifca_run,
     local_only,
+    random_inits,
 )
 from jaxlab.federated.fedgwc.clustering import affinity, select_split
 from jaxlab.federated.fedgwc.cohesion import class_cohesion_scores, tv_distances
+from jaxlab.federated.fedgwc.factory import IFCA, FedGWC, make_fedgwc, make_ifca
 from jaxlab.federated.fedgwc.fedgwc import (
     FedGWCConfig,
     FedGWCState,
+    active_slots,
     init,
     round_step,
     run_rounds,
@@ -65,7 +85,6 @@ from jaxlab.federated.fedgwc.interaction import (
     update_interaction,
 )
 from jaxlab.federated.fedgwc.rounds import (
-    MLP,
     ClientData,
     LocalConfig,
     fedavg,
@@ -76,36 +95,41 @@ from jaxlab.federated.fedgwc.rounds import (
 )
 
 __all__ = [
+    "IFCA",
     "CFLConfig",
-    "IFCAState",
-    "MLP",
     "ClientData",
     "ConvergenceState",
+    "FedGWC",
     "FedGWCConfig",
     "FedGWCState",
+    "IFCAState",
     "LocalConfig",
+    "active_slots",
     "affinity",
     "cfl_check",
     "cfl_split",
     "class_cohesion_scores",
     "client_deltas",
+    "convergence_step",
+    "fedavg",
+    "federated_round",
     "fixed_clusters",
+    "gaussian_rewards",
     "ifca_assign",
     "ifca_init",
     "ifca_losses",
     "ifca_round",
     "ifca_run",
+    "init",
     "local_only",
     "local_step",
-    "convergence_step",
-    "fedavg",
-    "federated_round",
-    "gaussian_rewards",
-    "init",
     "local_train",
-    "sample_clients",
+    "make_fedgwc",
+    "make_ifca",
+    "random_inits",
     "round_step",
     "run_rounds",
+    "sample_clients",
     "select_split",
     "split_cluster",
     "triggered",

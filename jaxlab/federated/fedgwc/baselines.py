@@ -34,6 +34,7 @@ from jax.sharding import Mesh
 from sklearn.cluster import AgglomerativeClustering
 
 from jaxlab.core import sharding
+from jaxlab.core.checks import check_int, check_positive
 from jaxlab.federated.fedgwc.fedgwc import FedGWCConfig, FedGWCState, init, split_cluster
 from jaxlab.federated.fedgwc.rounds import ClientData, LocalConfig, fedavg, local_train
 from jaxlab.federated.fedgwc.rounds import sample_clients as _sample
@@ -51,6 +52,7 @@ __all__ = [
     "ifca_round",
     "ifca_run",
     "local_only",
+    "random_inits",
 ]
 
 
@@ -77,16 +79,34 @@ def fixed_clusters(params, labels, config: FedGWCConfig) -> FedGWCState:
 
 @struct.dataclass
 class IFCAState:
-    params: object  # pytree with leaves [k, ...]
+    """IFCA's state (a pytree; ``k`` models).
+
+    Attributes:
+      params: the models, every leaf ``[k, ...]``.
+      rounds: ``[]`` int32, rounds run.
+      client_updates: ``[]`` int32, local trainings run.
+      key: ``[]`` typed PRNG key of the rounds (round ``t`` uses ``fold_in(key, t)``), set by
+        :func:`~.factory.make_ifca`'s ``init``; ``None`` from :func:`ifca_init`, whose
+        :func:`ifca_run` takes the key as an argument.
+    """
+
+    params: object
     rounds: jax.Array
     client_updates: jax.Array
+    key: jax.Array | None = None
+
+
+def random_inits(apply_init: Callable, key: jax.Array, k: int):
+    """``k`` models stacked on a leading axis, ``apply_init(split(key, k)[j])`` for model ``j``
+    (IFCA's independent random initialisations); every leaf ``[k, ...]``."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise ValueError(f"IFCA needs k >= 1 models, got k={k}.")
+    return jax.vmap(apply_init)(jax.random.split(key, k))
 
 
 def ifca_init(apply_init: Callable, key: jax.Array, k: int) -> IFCAState:
-    """``k`` models from ``apply_init(key_j)`` with independent keys (IFCA's random inits)."""
-    if k < 1:
-        raise ValueError(f"IFCA needs k >= 1 models, got k={k}.")
-    params = jax.vmap(apply_init)(jax.random.split(key, k))
+    """``k`` models from ``apply_init(key_j)`` with independent keys (:func:`random_inits`)."""
+    params = random_inits(apply_init, key, k)
     return IFCAState(params, jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
 
 
@@ -144,7 +164,9 @@ def ifca_round(
         return jax.tree_util.tree_map(lambda a, b: jnp.where(chosen, a, b), new, old)
 
     params = jax.vmap(per_model)(jnp.arange(n_models), state.params)
-    new_state = IFCAState(params, state.rounds + 1, state.client_updates + m)
+    new_state = state.replace(
+        params=params, rounds=state.rounds + 1, client_updates=state.client_updates + m
+    )
     return new_state, choice
 
 
@@ -180,7 +202,15 @@ def ifca_assign(apply_fn: Callable, params, data: ClientData, key: jax.Array) ->
 class CFLConfig:
     """CFL's split criterion: ``||mean update|| < eps1`` and ``max ||update|| > eps2``, tested
     every ``check_every`` rounds after ``warmup`` rounds, on clusters of more than ``min_size``
-    clients."""
+    clients.
+
+    Attributes:
+      eps1: threshold on the norm of the cluster's mean update (> 0; no default: tune it).
+      eps2: threshold on the largest client update norm (> 0; no default: tune it).
+      check_every: rounds between two checks (>= 1).
+      warmup: rounds before the first check (>= 0).
+      min_size: only clusters of more than ``min_size`` clients split (>= 2).
+    """
 
     eps1: float
     eps2: float
@@ -189,11 +219,11 @@ class CFLConfig:
     min_size: int = 2
 
     def __post_init__(self):
-        if self.eps1 <= 0 or self.eps2 <= 0:
-            raise ValueError(f"CFLConfig needs eps1 > 0 and eps2 > 0, got {self}.")
-        if self.check_every < 1 or self.warmup < 0 or self.min_size < 2:
-            raise ValueError(f"CFLConfig needs check_every >= 1, warmup >= 0, min_size >= 2: "
-                             f"{self}.")  # fmt: skip
+        check_positive(self.eps1, "eps1")
+        check_positive(self.eps2, "eps2")
+        check_int(self.check_every, "check_every", minimum=1)
+        check_int(self.warmup, "warmup", minimum=0)
+        check_int(self.min_size, "min_size", minimum=2)
 
 
 def client_deltas(

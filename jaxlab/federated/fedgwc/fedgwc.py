@@ -18,6 +18,9 @@ round.
 and on a split the children take the parent's slot and free slots, copying its parameters
 (warm start), with ``mse = 1``, patience 0 and target ``round(K_child / m)``; without a split (or
 without free slots) the wait restarts (``mse = 1``).
+
+These module functions take the model, the data, the config and the key as arguments;
+:func:`~.factory.make_fedgwc` closes over the first three and keeps the key in the state.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh
 
+from jaxlab.core.checks import check_in_range, check_int, check_positive
 from jaxlab.federated.fedgwc.clustering import affinity, select_split
 from jaxlab.federated.fedgwc.interaction import (
     ConvergenceState,
@@ -43,6 +47,7 @@ from jaxlab.federated.fedgwc.rounds import ClientData, LocalConfig, federated_ro
 __all__ = [
     "FedGWCConfig",
     "FedGWCState",
+    "active_slots",
     "init",
     "round_step",
     "run_rounds",
@@ -56,12 +61,19 @@ __all__ = [
 class FedGWCConfig:
     """FedGWC's settings (official defaults; ``max_clusters`` is the static slot count ``C_max``).
 
+    The baselines read what they share with FedGWC: IFCA ``participation`` and ``local``; FedAvg,
+    Oracle and CFL run on the FedGWC state (``max_clusters`` slots); Local reads ``local``.
+
     Attributes:
-      participation: fraction of all clients sampled per cluster per round, ``m = round(p K)``.
-      local: local training.
-      gamma: affinity bandwidth; eps: convergence threshold on the running mse.
-      max_clusters: cluster slots ``C_max``; max_candidates: cap on ``n_max`` in model selection.
-      seed: seed of the spectral embedding / clustering.
+      participation: fraction of all clients sampled per cluster per round, in ``(0, 1]``;
+        ``m = max(1, round(participation K))`` (:meth:`clients_per_round`).
+      local: local training (:class:`~.rounds.LocalConfig`).
+      gamma: affinity bandwidth (> 0).
+      eps: convergence threshold on the running mse (> 0).
+      max_clusters: cluster slots ``C_max`` (>= 1).
+      max_candidates: cap on ``n_max`` in model selection (>= 3: candidate splits are
+        ``2 .. n_max - 1`` clusters).
+      seed: seed of the spectral embedding / clustering (>= 0).
     """
 
     participation: float = 0.1
@@ -73,33 +85,61 @@ class FedGWCConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not 0.0 < self.participation <= 1.0:
-            raise ValueError(
-                f"FedGWCConfig.participation must be in (0, 1], got {self.participation}."
-            )
-        if self.max_clusters < 1 or self.gamma <= 0 or self.eps <= 0:
-            raise ValueError(f"FedGWCConfig needs max_clusters >= 1, gamma > 0, eps > 0: {self}.")
+        check_in_range(self.participation, "participation", 0.0, 1.0, low_open=True)
+        if not isinstance(self.local, LocalConfig):
+            raise ValueError(f"`local` must be a LocalConfig, got {type(self.local).__name__}.")
+        check_positive(self.gamma, "gamma")
+        check_positive(self.eps, "eps")
+        check_int(self.max_clusters, "max_clusters", minimum=1)
+        check_int(self.max_candidates, "max_candidates", minimum=3)
+        check_int(self.seed, "seed", minimum=0)
 
     def clients_per_round(self, num_clients: int) -> int:
+        """``m = max(1, round(participation * num_clients))``."""
         return max(1, round(self.participation * num_clients))
 
 
 @struct.dataclass
 class FedGWCState:
-    params: object  # pytree with leaves [C_max, ...]
-    labels: jax.Array  # [K] cluster slot of each client
-    active: jax.Array  # [C_max] bool
-    splittable: jax.Array  # [C_max] bool: K_c > m
-    target: jax.Array  # [C_max] int: round(K_c / m)
-    conv: ConvergenceState  # [C_max]
-    r: jax.Array  # [K, K] interaction matrix
-    rounds: jax.Array  # int: rounds run
-    client_updates: jax.Array  # int: local trainings run
+    """The multi-cluster state (``K`` clients, ``C_max = max_clusters`` slots; a pytree).
+
+    Attributes:
+      params: model parameters, every leaf ``[C_max, ...]`` (one model per cluster slot;
+        inactive slots hold stale copies).
+      labels: ``[K]`` int32, each client's cluster slot.
+      active: ``[C_max]`` bool, slots in use (always a prefix, see :func:`active_slots`).
+      splittable: ``[C_max]`` bool, clusters that compute the interaction signal (``K_c > m``).
+      target: ``[C_max]`` int32, the patience at which clustering is tried (``round(K_c / m)``).
+      conv: :class:`~.interaction.ConvergenceState` with ``mse [C_max]`` float32 and
+        ``patience [C_max]`` int32.
+      r: ``[K, K]`` float32, the interaction matrix (cross-cluster entries are never read).
+      rounds: ``[]`` int32, rounds run.
+      client_updates: ``[]`` int32, local trainings run (over all clusters).
+      key: ``[]`` typed PRNG key of the rounds (round ``t`` uses ``fold_in(key, t)``), set by
+        :func:`~.factory.make_fedgwc`'s ``init``; ``None`` from the module-level :func:`init`,
+        whose :func:`run_rounds` takes the key as an argument.
+    """
+
+    params: object
+    labels: jax.Array
+    active: jax.Array
+    splittable: jax.Array
+    target: jax.Array
+    conv: ConvergenceState
+    r: jax.Array
+    rounds: jax.Array
+    client_updates: jax.Array
+    key: jax.Array | None = None
 
 
-def init(params, num_clients: int, config: FedGWCConfig) -> FedGWCState:
-    """One active cluster of all ``num_clients`` clients with model ``params``; ``R = 1 / K^2``."""
-    c, k = config.max_clusters, num_clients
+def init(
+    params, num_clients: int, config: FedGWCConfig, key: jax.Array | None = None
+) -> FedGWCState:
+    """One active cluster of all ``num_clients`` clients with model ``params``; ``R = 1 / K^2``.
+
+    ``key`` is stored in the state (``None``: none; the module-level :func:`run_rounds` takes it
+    as an argument instead)."""
+    c, k = config.max_clusters, check_int(num_clients, "num_clients", minimum=1)
     m = config.clients_per_round(k)
     stacked = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (c,) + a.shape), params)
     active = jnp.arange(c) == 0
@@ -110,10 +150,22 @@ def init(params, num_clients: int, config: FedGWCConfig) -> FedGWCState:
         splittable=active & (k > m),
         target=jnp.where(active, round(k / m), 0).astype(jnp.int32),
         conv=ConvergenceState.init((c,)),
-        r=jnp.full((k, k), 1.0 / k**2),
+        r=jnp.full((k, k), 1.0 / k**2, jnp.result_type(float)),  # not weak: one compile
         rounds=jnp.zeros((), jnp.int32),
         client_updates=jnp.zeros((), jnp.int32),
+        key=key,
     )
+
+
+def active_slots(state: FedGWCState) -> int:
+    """The number of active clusters (host). Splits fill the lowest free slots, so the active
+    slots are a prefix and this is the ``slots`` argument of :func:`round_step` that computes
+    exactly the clusters that exist."""
+    active = jax.device_get(state.active)
+    n = int(active.sum())
+    if not active[:n].all():
+        raise ValueError(f"active cluster slots must be a prefix, got {active.tolist()}.")
+    return n
 
 
 def round_step(

@@ -78,7 +78,13 @@ def update_interaction(
 
 @struct.dataclass
 class ConvergenceState:
-    """Per-cluster convergence statistics: the running ``mse`` (starts at 1) and the patience."""
+    """Per-cluster convergence statistics (``[C]`` = the shape given to :meth:`init`;
+    ``[C_max]`` in :class:`~.fedgwc.FedGWCState`).
+
+    Attributes:
+      mse: ``[C]`` float32, the running mean squared change of ``R`` (starts at 1).
+      patience: ``[C]`` int32, consecutive rounds with ``mse < eps``.
+    """
 
     mse: jax.Array
     patience: jax.Array

@@ -12,6 +12,9 @@ samples, one fresh draw per step. (The official loader reshuffles every epoch an
 incomplete batch; with ``n_k < 2 b``, as in the spec's 100 samples and batch 64, an epoch is one
 batch, so the two agree.) "Noise" clients add fresh Gaussian pixel noise of their own SD to every
 minibatch they read, as the official loader does on every access.
+
+The model is any ``apply_fn(params, x [B, d]) -> logits [B, classes]``; the spec's digits
+classifier is ``jaxlab.core.nn.MLP((64, 10))`` (``64 -> 64 -> 10``, ReLU).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -27,9 +29,9 @@ from flax import struct
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding
+from jaxlab.core.checks import check_in_range, check_int, check_positive, is_concrete
 
 __all__ = [
-    "MLP",
     "ClientData",
     "LocalConfig",
     "fedavg",
@@ -42,8 +44,17 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class LocalConfig:
-    """Local training: ``steps`` SGD steps of ``batch_size`` (official: 7, 64, lr 0.01, weight
-    decay 4e-4, momentum 0)."""
+    """Local training of one client (official: 7 steps, batch 64, lr 0.01, weight decay 4e-4,
+    momentum 0).
+
+    Attributes:
+      steps: ``T``, SGD steps per local training (>= 1).
+      batch_size: minibatch rows per step, drawn without replacement (>= 1; every client needs at
+        least this many samples, see :meth:`ClientData.check`).
+      lr: SGD step size (> 0).
+      weight_decay: L2 coefficient added to the gradient, PyTorch-style (>= 0).
+      momentum: SGD momentum in ``[0, 1)`` (0: plain SGD).
+    """
 
     steps: int = 7
     batch_size: int = 64
@@ -52,13 +63,11 @@ class LocalConfig:
     momentum: float = 0.0
 
     def __post_init__(self):
-        for name in ("steps", "batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"LocalConfig.{name} must be >= 1, got {getattr(self, name)}.")
-        if self.lr <= 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
-            raise ValueError(
-                f"LocalConfig needs lr > 0, weight_decay >= 0, momentum in [0, 1); got {self}."
-            )
+        check_int(self.steps, "steps", minimum=1)
+        check_int(self.batch_size, "batch_size", minimum=1)
+        check_positive(self.lr, "lr")
+        check_positive(self.weight_decay, "weight_decay", strict=False)
+        check_in_range(self.momentum, "momentum", 0.0, 1.0, high_open=True)
 
     def optimizer(self) -> optax.GradientTransformation:
         """PyTorch-style SGD: ``g + wd theta``, then momentum (if any), then ``-lr``."""
@@ -68,23 +77,17 @@ class LocalConfig:
         )
 
 
-class MLP(nn.Module):
-    """The spec's digits classifier: ``64 -> hidden... -> classes`` with ReLU."""
-
-    hidden: tuple[int, ...] = (64,)
-    classes: int = 10
-
-    @nn.compact
-    def __call__(self, x):
-        for h in self.hidden:
-            x = nn.relu(nn.Dense(h)(x))
-        return nn.Dense(self.classes)(x)
-
-
 @struct.dataclass
 class ClientData:
-    """Every client's training data, padded: ``x [K, n_max, d]``, ``y [K, n_max]`` int labels,
-    ``count [K]`` real samples (the first ``count_k`` rows), ``noise [K]`` pixel-noise SDs."""
+    """Every client's training data, padded to a common ``n_max`` rows.
+
+    Attributes:
+      x: ``[K, n_max, d]`` float inputs.
+      y: ``[K, n_max]`` int labels.
+      count: ``[K]`` int, real samples of each client (its first ``count_k`` rows).
+      noise: ``[K]`` float, the SD of the fresh Gaussian input noise the client adds to every
+        minibatch it reads (0: a clean client).
+    """
 
     x: jax.Array
     y: jax.Array
@@ -103,6 +106,8 @@ class ClientData:
                 f"ClientData shapes disagree: x {self.x.shape}, y {self.y.shape}, count "
                 f"{self.count.shape}, noise {self.noise.shape}."
             )
+        if not is_concrete(self.count):
+            return self  # traced: only the shapes can be checked
         counts = jax.device_get(self.count)
         if (counts < 1).any():
             raise ValueError(f"client(s) {list((counts < 1).nonzero()[0])} have no data.")
