@@ -12,7 +12,6 @@ import matplotlib
 matplotlib.use("Agg")  # entry-point code: figures are files, never windows
 
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 
 from jaxlab.core.checkpoint import Checkpointer  # noqa: E402
 
@@ -49,19 +48,6 @@ def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> Path:
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
-
-
-def digits_split(test_size: int = 360):
-    """sklearn digits as float32 pixels in ``[0, 1]`` (``[N, 64]``, row-major 8 x 8) and labels,
-    split stratified into ``1797 - test_size`` training and ``test_size`` test images with a fixed
-    seed: ``(x_train, x_test, y_train, y_test)``, the same split for every experiment."""
-    from sklearn.datasets import load_digits  # here, not at import: most experiments never call it
-    from sklearn.model_selection import train_test_split
-
-    data = load_digits()
-    x = data.data.astype(np.float32) / 16.0
-    return train_test_split(x, data.target, test_size=test_size, random_state=0,
-                            stratify=data.target)  # fmt: skip
 
 
 def checkpointer(out_dir: Path, name: str, every_seconds: float = 30.0) -> Checkpointer:
