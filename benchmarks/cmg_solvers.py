@@ -117,7 +117,8 @@ def _problem(n_states: int, n_games: int):
 
 
 def _one_step(game, x, y):
-    s = M.step(CFG, game, M.SolverState(x, y, jnp.zeros((), jnp.int32), jax.random.key(0)))
+    state = M.SolverState(x, y, jnp.zeros((), jnp.int32), jax.random.key(0))
+    s, _ = M.make_solver(CFG, game).step(state)
     return s.x, s.y
 
 

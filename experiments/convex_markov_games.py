@@ -206,13 +206,14 @@ def mu_sweep(cfg: Config, games, keys, ratio: float) -> dict:
 
 def trajectory(game: M.FactoredGame, sc: M.SolverConfig, steps: int) -> np.ndarray:
     """``[steps, S2, B]`` the maximiser's played policy along one run."""
+    solver = M.make_solver(sc, game)
 
     def body(s, _):
-        s = M.step(sc, game, s)
+        s, _ = solver.step(s)
         return s, M.played(s.y, sc.epsilon)
 
     run_all = jax.jit(lambda s: jax.lax.scan(body, s, None, length=steps))
-    return np.asarray(run_all(M.init(game, jax.random.key(0)))[1])
+    return np.asarray(run_all(solver.init(jax.random.key(0)))[1])
 
 
 def run(config: Config, out_dir: Path) -> dict:

@@ -42,10 +42,11 @@ import jax.numpy as jnp
 import matplotlib.pyplot as plt
 import numpy as np
 from scipy.stats import spearmanr
-from sklearn.datasets import load_digits
 from tqdm.auto import tqdm
 
 from experiments import _common
+from jaxlab.core.data import load_digits
+from jaxlab.core.training import map_in_chunks
 from jaxlab.generative import gan_onestep as G
 
 NAME = "gan_onestep"
@@ -116,23 +117,16 @@ PRESETS = {
 }
 
 
+CHUNK = 500  # images per jitted call of a sampler or the metric network
+
+
 def load_data(key, n_holdout: int):
     """Digits as ``[N, 8, 8, 1]`` in [-1, 1] and labels, split into (train, holdout)."""
-    digits = load_digits()
-    x = (digits.images.astype(np.float32) / 8.0 - 1.0)[..., None]
-    y = digits.target.astype(np.int32)
+    x, y = load_digits(scale="signed", layout="nhwc")  # images / 8 - 1
+    y = y.astype(np.int32)
     perm = np.asarray(jax.random.permutation(key, len(x)))
     hold, train = perm[:n_holdout], perm[n_holdout:]
     return (jnp.asarray(x[train]), jnp.asarray(y[train])), (jnp.asarray(x[hold]), y[hold])
-
-
-def _batched(fn, x, size: int = 500):
-    """Apply a jitted ``fn`` over ``x`` in fixed-size chunks (pads the last), concatenated."""
-    n = x.shape[0]
-    pad = (-n) % size
-    xp = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
-    out = [fn(xp[i : i + size]) for i in range(0, xp.shape[0], size)]
-    return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[:n], *out)
 
 
 class Evaluator:
@@ -151,7 +145,7 @@ class Evaluator:
         self.train_floor = float(self.fd_features(self.features(other_real)[0]))
 
     def features(self, x):
-        return _batched(self._feats, x)
+        return map_in_chunks(self._feats, (x,), CHUNK)
 
     def fd_features(self, feats):
         return G.frechet_distance(feats, self.ref_feats)
@@ -205,8 +199,9 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
         inner, x_train, edm_cfg,
         G.PretrainConfig(batch=config.pretrain_batch, lr=config.pretrain_lr),
     )  # fmt: skip
+    # step t draws from fold_in(k_pre, t) = split(k_pre, pretrain_steps)[t]
     pre_state, pre_metrics = G.run_loop(
-        jax.jit(pre.step), pre.init(params0), jax.random.split(k_pre, config.pretrain_steps)
+        jax.jit(pre.step), pre.init(k_pre, params0), config.pretrain_steps
     )
     teacher_params = pre_state.ema
     timings["pretrain"] = time.perf_counter() - t0
@@ -221,7 +216,9 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
         return G.teacher_sample(inner, params, z, k, edm_cfg, final_sigma_min)
 
     z_eval = jax.random.normal(k_eval, (config.n_eval, *shape))
-    teacher_imgs = _batched(lambda z: teacher(teacher_params, z, config.teacher_steps), z_eval)
+    teacher_imgs = map_in_chunks(
+        lambda z: teacher(teacher_params, z, config.teacher_steps), (z_eval,), CHUNK
+    )
     scores = {"teacher": evaluator.score(teacher_imgs)}
     samples = {"teacher": teacher_imgs[:64]}
 
@@ -242,7 +239,7 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
         )  # fmt: skip
 
     gen = jax.jit(finetuner("d2o").generate)
-    onestep = _batched(lambda z: gen(teacher_params, z), z_eval)
+    onestep = map_in_chunks(lambda z: gen(teacher_params, z), (z_eval,), CHUNK)
     scores["onestep_pretrained"] = evaluator.score(onestep)
     samples["onestep_pretrained"] = onestep[:64]
     timings["references"] = time.perf_counter() - t0
@@ -252,7 +249,9 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     kd_pairs = None
     if {"kd", "kd_gan"} & set(config.variants):
         z_kd = jax.random.normal(k_kd, (config.kd_pairs, *shape))
-        t_kd = _batched(lambda z: teacher(teacher_params, z, config.teacher_steps), z_kd)
+        t_kd = map_in_chunks(
+            lambda z: teacher(teacher_params, z, config.teacher_steps), (z_kd,), CHUNK
+        )
         kd_pairs = (z_kd, t_kd)
     timings["kd_pairs"] = time.perf_counter() - t0
     pbar.update(1)
@@ -267,18 +266,19 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
         ft = finetuner(variant, kd_pairs)
         g0 = jax.jit(net.init)(jax.random.fold_in(k_pre_init, 1), x_train[:1], jnp.zeros((1,))) if (
             variant == "scratch_gan") else teacher_params  # fmt: skip
-        state = jax.jit(ft.init)(g0, jax.jit(d_init)(jax.random.fold_in(k_ft, 7), x_train[:2]))
+        d0 = jax.jit(d_init)(jax.random.fold_in(k_ft, 7), x_train[:2])
+        # step t draws from fold_in(fold_in(k_ft, 0), t)
+        state = jax.jit(ft.init)(jax.random.fold_in(k_ft, 0), g0, d0)
         if ft.mask is not None:
             frozen = G.frozen_fraction(teacher_params, ft.mask)
         step = jax.jit(ft.step)
         gen_v = jax.jit(ft.generate)
-        keys = jax.random.split(jax.random.fold_in(k_ft, 0), config.finetune_steps)
         done, curve = 0, []
         points = curve_at if variant in ("d2o", "d2o_f") else np.array([config.finetune_steps])
         for stop in points:
-            state, _ = G.run_loop(step, state, keys[done:stop])
+            state, _ = G.run_loop(step, state, int(stop) - done)
             done = int(stop)
-            imgs = _batched(functools.partial(gen_v, state.ema), z_eval)
+            imgs = map_in_chunks(functools.partial(gen_v, state.ema), (z_eval,), CHUNK)
             curve.append(evaluator.fd(imgs))
         if variant in ("d2o", "d2o_f"):
             fd_curve[variant] = {"images": (points * config.batch).tolist(), "fd": curve}
@@ -294,12 +294,12 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     if "d2o" in finals and config.local_minima_k:
         z_a = jax.random.normal(k_lm, (config.n_eval, *shape))
         d2o_params, d2o_eval_imgs = finals["d2o"]
-        student = _batched(functools.partial(gen, d2o_params), z_a)
+        student = map_in_chunks(functools.partial(gen, d2o_params), (z_a,), CHUNK)
         f_student_indep = evaluator.features(d2o_eval_imgs)[0]  # independent noise z_eval
         local = {"k": list(config.local_minima_k), "fd_teacher_data": [],
                  "fd_teacher_student": [], "paired_sq_dist": []}  # fmt: skip
         for k in config.local_minima_k:
-            t_k = _batched(lambda z, k=k: teacher(teacher_params, z, k, False), z_a)
+            t_k = map_in_chunks(lambda z, k=k: teacher(teacher_params, z, k, False), (z_a,), CHUNK)
             f_t = evaluator.features(t_k)[0]
             local["fd_teacher_data"].append(float(evaluator.fd_features(f_t)))
             local["fd_teacher_student"].append(float(G.frechet_distance(f_t, f_student_indep)))

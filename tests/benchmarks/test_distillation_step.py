@@ -1,4 +1,4 @@
-"""The distillation_step benchmark's host-loop sampler computes what the library's scan does."""
+"""The distillation_step benchmark's host-loop sampler computes what the library's sampler does."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +8,7 @@ from benchmarks import distillation_step as bench
 from jaxlab.generative import gan_onestep as G
 
 
-def test_host_heun_matches_scan_sampler():
+def test_host_heun_matches_library_sampler():
     cfg = G.EDMConfig(sigma_data=0.4)
     den = G.gaussian_denoiser(0.3, 0.4)
     z = jax.random.normal(jax.random.key(0), (16, 2, 2, 1))

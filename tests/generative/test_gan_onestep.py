@@ -87,6 +87,34 @@ def test_heun_sampler_maps_gaussian_to_data_distribution():
     assert order > 1.6, (errors, order)  # Heun is second order
 
 
+def _reference_heun(denoiser, x, sigmas):
+    """EDM's sampler written out: Heun steps, an Euler step into sigma = 0 (a Python loop)."""
+    b = x.shape[0]
+    drift = lambda x, s: (x - denoiser(x, jnp.full((b,), s, x.dtype))) / s  # noqa: E731
+    for s, s_next in zip(sigmas[:-1], sigmas[1:], strict=True):
+        d = drift(x, s)
+        x_euler = x + (s_next - s) * d
+        x = x + (s_next - s) * 0.5 * (d + drift(x_euler, s_next)) if s_next > 0 else x_euler
+    return x
+
+
+def test_diffrax_heun_equals_edm_sampler_written_out():
+    cfg = G.EDMConfig(sigma_data=0.4)
+    den = G.gaussian_denoiser(0.3, 0.4)
+    x = cfg.sigma_max * jax.random.normal(jax.random.key(1), (64, 2, 2, 1))
+    for n, final_sigma_min in ((1, True), (5, False)):  # Euler only; Heun x 4 then Euler
+        sigmas = G.karras_steps(n, cfg, final_sigma_min)
+        ref = _reference_heun(den, x, [float(s) for s in sigmas])
+        # float32 rounding of terms of size sigma_max |x| (see the one-step test): atol 1e-4
+        np.testing.assert_allclose(G.heun_sample(den, x, sigmas), ref, rtol=1e-5, atol=1e-4)
+    with pytest.raises(ValueError, match="`sigmas`"):
+        G.heun_sample(den, x, jnp.array([80.0, 1.0]))  # does not end at 0
+    with pytest.raises(ValueError, match="`sigmas`"):
+        G.heun_sample(den, x, jnp.array([1.0, 2.0, 0.0]))  # not decreasing
+    with pytest.raises(ValueError, match="`sigmas`"):
+        G.heun_sample(den, x, jnp.array([0.0]))
+
+
 def _gaussian_inner(mu, s):
     """F whose denoiser is (1 + a) times the exact Gaussian denoiser's output (a = params)."""
 
@@ -112,6 +140,26 @@ def test_edm_loss_minimised_by_exact_denoiser_and_fd_gradient():
         a, h = jnp.float64(0.03), 1e-5
         fd = (loss(a + h) - loss(a - h)) / (2 * h)
         np.testing.assert_allclose(float(jax.grad(loss)(a)), float(fd), rtol=1e-6)
+
+
+def test_pretrainer_learns_gaussian_denoiser_and_draws_from_its_key():
+    """EDM pre-training of the one-parameter family ``(1 + a) D_exact`` moves ``a`` towards 0;
+    step ``t`` is the EDM loss on the batch and noise of ``fold_in(key, t)``."""
+    mu, s = 0.2, 0.5
+    cfg = G.EDMConfig(sigma_data=s)
+    data = mu + s * jax.random.normal(jax.random.key(0), (512, 2, 2, 1))
+    inner = _gaussian_inner(mu, s)
+    pre = G.make_pretrainer(inner, data, cfg, G.PretrainConfig(batch=64, lr=0.05, warmup=1))
+    state0 = pre.init(jax.random.key(1), jnp.float32(0.5))
+    state, m = G.run_loop(jax.jit(pre.step), state0, 40, scan=True)
+    assert int(state.step) == 40 and m["loss"].shape == (40,)
+    assert abs(float(state.params)) < 0.1 and 0.0 < float(state.ema) < 0.5
+    k_idx, k_loss = jax.random.split(jax.random.fold_in(state0.key, 0))
+    x0 = data[jax.random.randint(k_idx, (64,), 0, 512)]
+    want = G.edm_loss(inner, state0.params, x0, k_loss, cfg)
+    np.testing.assert_allclose(m["loss"][0], want, rtol=1e-6)
+    with pytest.raises(ValueError, match="`key`"):
+        pre.init(0, jnp.float32(0.5))
 
 
 # ---------------------------------------------------------------- GAN losses, R1, EMA
@@ -148,6 +196,11 @@ def test_ema_half_life_and_convergence():
         ema = G.ema_update(ema, target, beta)
     np.testing.assert_allclose(ema["w"], target["w"], rtol=1e-3)
     assert float(G.ema_beta(64, 0.0)) == 0.0  # ramp start: the EMA is the current weights
+    # optax.incremental_update(ema, params, beta) is the formula term by term: bit-identical
+    e, p = jax.random.normal(jax.random.key(0), (2, 1000))
+    for b in (0.5**20, 0.3, 0.5, 0.999, float(beta)):  # 0.5^20: the ramp's first step
+        b = jnp.float32(b)
+        np.testing.assert_array_equal(G.ema_update(e, p, b), b * e + (1 - b) * p)
 
 
 # ---------------------------------------------------------------- freezing and the training loop
@@ -170,8 +223,15 @@ def _setup(freeze=False, gan_weight=1.0, kd_weight=0.0, batch=8, r1_interval=2, 
     )  # fmt: skip
     pairs = (x, x[::-1]) if kd_weight > 0 else None
     ft = G.make_finetuner(inner, params, disc, x, 0.5, cfg, kd_pairs=pairs)
-    state = jax.jit(ft.init)(params, jax.jit(d_init)(jax.random.key(11), x[:2]))
+    d_params = jax.jit(d_init)(jax.random.key(11), x[:2])
+    state = jax.jit(ft.init)(jax.random.key(12), params, d_params)
     return ft, state, params, jax.jit(ft.step)
+
+
+def _leaves(state):
+    """A state's leaves as NumPy arrays (its PRNG key as the key's data)."""
+    state = state.replace(key=jax.random.key_data(state.key))
+    return [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(state)]
 
 
 def test_freeze_mask_marks_block_convs_and_attention_projection():
@@ -194,8 +254,7 @@ def test_freeze_mask_marks_block_convs_and_attention_projection():
 
 def test_frozen_leaves_bit_identical_and_no_adam_state():
     ft, state, params, step = _setup(freeze=True, r1_gamma=0.0)  # no R1: a cheaper compile
-    for i in range(4):
-        state, _ = step(state, jax.random.key(100 + i))
+    state, _ = G.run_loop(step, state, 4, scan=False)
     flat0 = jax.tree_util.tree_leaves_with_path(params)
     flat1 = jax.tree_util.tree_leaves(state.g_params)
     flags = jax.tree_util.tree_leaves(ft.mask)
@@ -213,7 +272,7 @@ def test_frozen_leaves_bit_identical_and_no_adam_state():
 
 def test_kd_only_leaves_discriminator_alone():
     _, state, _, step = _setup(gan_weight=0.0, kd_weight=1.0)
-    new, m = step(state, jax.random.key(1))
+    new, m = step(state)
     chex_equal = jax.tree_util.tree_map(np.array_equal, new.d_params, state.d_params)
     assert all(jax.tree_util.tree_leaves(chex_equal)) and float(m["loss_d"]) == 0.0
     assert float(m["kd"]) > 0 and int(new.step) == 1
@@ -222,11 +281,19 @@ def test_kd_only_leaves_discriminator_alone():
 @pytest.mark.xdist_group("gan_default_step")  # share one compiled step (make test: loadgroup)
 def test_determinism_ten_steps_and_both_players_update():
     _, state, _, step = _setup()
-    keys = jax.random.split(jax.random.key(5), 10)
-    new, m1 = G.run_loop(step, state, keys, scan=False)
-    _, m2 = G.run_loop(step, state, keys, scan=False)
+    new, m1 = G.run_loop(step, state, 10, scan=False)
+    _, m2 = G.run_loop(step, state, 10, scan=False)
+    # resumed in two calls: the same run (step t's key is fold_in(state.key, t))
+    half, m3a = G.run_loop(step, state, 4, scan=False)
+    resumed, m3b = G.run_loop(step, half, 6, scan=False)
+    assert int(resumed.step) == 10
     for k in m1:
         np.testing.assert_array_equal(np.asarray(m1[k]), np.asarray(m2[k]))
+        np.testing.assert_array_equal(np.asarray(m1[k]), np.concatenate([m3a[k], m3b[k]]))
+    for a, b in zip(_leaves(new), _leaves(resumed), strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="`x` must be None"):
+        step(state, jnp.zeros((8, 8, 8, 1)))
     assert float(jnp.sum(m1["r1"])) > 0  # lazy R1 ran (interval 2)
     assert float(m1["r1"][0]) == 0.0  # ... but not at step 0
     for old, cur in ((state.d_params, new.d_params), (state.g_params, new.g_params)):
@@ -246,14 +313,14 @@ def test_sharded_step_equals_unsharded(mesh):
     )
     cfg = G.FinetuneConfig(batch=8, lr_g=1e-3, lr_d=1e-3, r1_gamma=0.1, r1_interval=2)
     ft_sharded = G.make_finetuner(inner, state.g_params, disc, x, 0.5, cfg, mesh=mesh)
-    keys = jax.random.split(jax.random.key(12), 3)  # step 2 runs R1 (interval 2)
-    ref, ref_m = G.run_loop(step, state, keys, scan=False)
-    out, out_m = G.run_loop(jax.jit(ft_sharded.step), replicate(state, mesh), keys, scan=False)
+    # 3 steps: step 2 runs R1 (interval 2)
+    ref, ref_m = G.run_loop(step, state, 3, scan=False)
+    out, out_m = G.run_loop(jax.jit(ft_sharded.step), replicate(state, mesh), 3, scan=False)
     # Adam with b1 = 0 normalises each gradient entry, so an entry whose gradient is ~0 can move by
     # up to lr in either direction with a different float32 summation order: atol = lr / 10 on
     # parameters; losses must agree tightly.
-    for a, b in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(out), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-3, atol=1e-4)
+    for a, b in zip(_leaves(ref), _leaves(out), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
     for k in ("loss_g", "loss_d", "r1"):
         np.testing.assert_allclose(ref_m[k], out_m[k], rtol=1e-4, atol=1e-6)
 
@@ -358,3 +425,20 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="`y`"):
         cls = G.Classifier(G.ClassifierConfig(stages=(4,), width=4))
         G.train_classifier(jax.random.key(0), cls, jnp.zeros((64, 8, 8, 1)), jnp.zeros(10))
+    with pytest.raises(ValueError, match="need >= 64 images"):
+        G.train_classifier(jax.random.key(0), cls, jnp.zeros((10, 8, 8, 1)), jnp.zeros(10))
+    for bad, field in (
+        (lambda: G.ClassifierConfig(batch=0), "batch"),
+        (lambda: G.ClassifierConfig(stages=()), "stages"),
+        (lambda: G.ClassifierConfig(lr=-1.0), "lr"),
+        (lambda: G.PretrainConfig(warmup=-1), "warmup"),
+        (lambda: G.PretrainConfig(ema_rampup=0.0), "ema_rampup"),
+        (lambda: G.FinetuneConfig(beta2=1.0), "beta2"),
+        (lambda: G.FinetuneConfig(r1_gamma=-1.0), "r1_gamma"),
+        (lambda: G.FinetuneConfig(eps=80.0), "eps"),
+        (lambda: G.FinetuneConfig(ema_halflife_images=0.0), "ema_halflife_images"),
+        (lambda: G.EDMConfig(p_mean=float("nan")), "p_mean"),
+    ):
+        with pytest.raises(ValueError, match=f"`{field}`"):
+            bad()
+    G.FinetuneConfig(ema_halflife_images=float("inf"))  # the default ramp-only EMA is valid

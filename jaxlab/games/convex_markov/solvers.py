@@ -18,21 +18,30 @@ each player weights its own score function ``(1 - eps) 1[a_t = a] / pi_played(a 
 discounted reward-to-go of ``c_hat`` along its own trajectories (independence: a player never reads
 the opponent's policy, only the realised pseudo-rewards).
 
-:func:`solve` runs one game for ``num_steps`` iterations in a ``lax.scan`` and records the Nash gap
-of the *unregularised* game at the played policies every ``eval_every`` steps; ``jax.vmap`` it
-over a batch of games, or call :func:`solve_games`, which shards the game axis across devices.
+The method's entry point is :func:`make_solver` (the jaxlab contract): ``solver =
+make_solver(config, game)`` closes over one game and returns pure ``init(key)``,
+``step(state, x=None) -> (state, metrics)``, ``gap(state)`` and ``solve(key, num_steps,
+eval_every)``. Step ``t`` draws its random numbers from ``fold_in(state.key, t)`` (only the
+stochastic gradients use them). :func:`solve` runs one game for ``num_steps`` iterations in a
+``lax.scan`` and records the Nash gap of the *unregularised* game at the played policies every
+``eval_every`` steps; ``jax.vmap`` it over a batch of games, or call :func:`solve_games`, which
+shards the game axis across devices. The module-level :func:`init` and :func:`step` are the
+earlier per-call interface, kept as thin wrappers of the solver's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Literal, NamedTuple
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+from flax import struct
+from jax.sharding import Mesh
 
-from jaxlab.core import sharding
+from jaxlab.core import checks, sharding
 from jaxlab.games.convex_markov.game import (
     FactoredGame,
     GapResult,
@@ -45,9 +54,12 @@ from jaxlab.games.convex_markov.game import (
 from jaxlab.games.convex_markov.mdp import project_simplex
 
 __all__ = [
+    "METHODS",
+    "Solver",
     "SolverConfig",
     "SolverState",
     "init",
+    "make_solver",
     "rollout_gradients",
     "solve",
     "solve_games",
@@ -55,20 +67,25 @@ __all__ = [
 ]
 
 Method = Literal["nested", "alternating", "simultaneous"]
+METHODS = ("nested", "alternating", "simultaneous")
 
 
 @dataclasses.dataclass(frozen=True)
 class SolverConfig:
-    """Hyperparameters of one independent policy-gradient method.
+    """Hyperparameters of one independent policy-gradient method (frozen, hashable).
 
     Attributes:
       method: ``"nested"``, ``"alternating"`` or ``"simultaneous"``.
-      mu: regularisation ``mu`` of the maximiser's occupancy (``0`` = unregularised).
-      eta_x, eta_y: step sizes of the minimiser and the maximiser.
-      inner_steps: ``y`` ascent steps per ``x`` step (``"nested"`` only).
-      epsilon: epsilon-greedy exploration of the played policies.
+      mu: regularisation ``mu >= 0`` of the maximiser's occupancy (``0`` = unregularised).
+      eta_x, eta_y: step sizes ``> 0`` of the minimiser and the maximiser.
+      inner_steps: ``y`` ascent steps per ``x`` step (``"nested"`` only), ``>= 1``.
+      epsilon: epsilon-greedy exploration of the played policies, in ``[0, 1)``.
       stochastic: REINFORCE gradients with plug-in pseudo-rewards instead of exact ones.
-      n_rollouts, horizon: trajectories per player per gradient and their length (stochastic).
+      n_rollouts, horizon: trajectories per player per gradient and their length (stochastic),
+        each ``>= 1``.
+
+    Raises:
+      ValueError: naming the first invalid field.
     """
 
     method: Method = "alternating"
@@ -82,24 +99,27 @@ class SolverConfig:
     horizon: int = 40
 
     def __post_init__(self):
-        if self.method not in ("nested", "alternating", "simultaneous"):
-            raise ValueError(
-                f"`method` must be 'nested', 'alternating' or 'simultaneous', got {self.method!r}."
-            )
-        if self.mu < 0:
-            raise ValueError(f"`mu` must be >= 0, got {self.mu}.")
-        if self.eta_x <= 0 or self.eta_y <= 0:
-            raise ValueError(f"step sizes must be > 0, got eta_x={self.eta_x}, eta_y={self.eta_y}.")
-        if self.inner_steps < 1:
-            raise ValueError(f"`inner_steps` must be >= 1, got {self.inner_steps}.")
-        if not 0.0 <= self.epsilon < 1.0:
-            raise ValueError(f"`epsilon` must be in [0, 1), got {self.epsilon}.")
-        if self.n_rollouts < 1 or self.horizon < 1:
-            raise ValueError("`n_rollouts` and `horizon` must be >= 1.")
+        checks.check_choice(self.method, "method", METHODS)
+        checks.check_positive(self.mu, "mu", strict=False)
+        checks.check_positive(self.eta_x, "eta_x")
+        checks.check_positive(self.eta_y, "eta_y")
+        checks.check_int(self.inner_steps, "inner_steps", minimum=1)
+        checks.check_in_range(self.epsilon, "epsilon", 0.0, 1.0, high_open=True)
+        checks.check_int(self.n_rollouts, "n_rollouts", minimum=1)
+        checks.check_int(self.horizon, "horizon", minimum=1)
 
 
-class SolverState(NamedTuple):
-    """Policies ``x: [S1, A]``, ``y: [S2, B]``, the iteration count and a PRNG key."""
+@struct.dataclass
+class SolverState:
+    """The solver's state on one game (a pytree; ``vmap`` adds a leading game axis ``[G, ...]``).
+
+    Attributes:
+      x: ``[S1, A]`` the minimiser's policy (rows on the simplex; the played policy is
+        ``played(x, epsilon)``).
+      y: ``[S2, B]`` the maximiser's policy.
+      count: ``[]`` int32, iterations taken (``"nested"``: outer iterations).
+      key: ``[]`` typed PRNG key of the run; iteration ``t`` draws from ``fold_in(key, t)``.
+    """
 
     x: jax.Array
     y: jax.Array
@@ -107,14 +127,18 @@ class SolverState(NamedTuple):
     key: jax.Array
 
 
-def init(game: FactoredGame, key: jax.Array) -> SolverState:
-    """Uniform policies (the spec's initialisation)."""
-    x, y = uniform_policies(game)
-    return SolverState(x, y, jnp.zeros((), jnp.int32), key)
+class Solver(NamedTuple):
+    """The pure functions of one method on one game (see :func:`make_solver`)."""
+
+    init: Callable[[jax.Array], SolverState]
+    step: Callable[[SolverState, Any], tuple[SolverState, dict]]
+    gap: Callable[..., GapResult]
+    solve: Callable[..., tuple[SolverState, GapResult]]
 
 
-def _rollouts(p, rho, pi, key, n_rollouts: int, horizon: int):
-    """``(states, actions) [n_rollouts, horizon]`` of MDP ``(p, rho)`` under ``pi``."""
+def _rollouts(p, rho, pi, key, n_rollouts: int, horizon: int, mesh: Mesh | None = None):
+    """``(states, actions) [n_rollouts, horizon]`` of MDP ``(p, rho)`` under ``pi``; ``mesh``
+    shards the rollout axis."""
     k0, k_run = jax.random.split(key)
     s0 = jax.random.categorical(k0, jnp.log(rho), shape=(n_rollouts,))
 
@@ -125,6 +149,8 @@ def _rollouts(p, rho, pi, key, n_rollouts: int, horizon: int):
         return s_next, (s, a)
 
     keys = jax.random.split(k_run, (horizon, n_rollouts))
+    s0 = sharding.constrain_batch(s0, mesh)
+    keys = sharding.constrain_batch(keys, mesh, axis=1)
     _, (states, actions) = jax.lax.scan(jax.vmap(one_step), s0, keys)
     return states.T, actions.T
 
@@ -156,13 +182,18 @@ def _reinforce(states, actions, pi, c, gamma, epsilon):
 
 
 def rollout_gradients(
-    game: FactoredGame, x, y, key, epsilon, mu, n_rollouts: int, horizon: int
-) -> tuple[jax.Array, jax.Array]:
-    """Stochastic ``(g_x, g_y)``: REINFORCE with plug-in pseudo-rewards (module docstring)."""
+    game: FactoredGame, x, y, key, epsilon, mu, n_rollouts: int, horizon: int,
+    mesh: Mesh | None = None,
+) -> tuple[jax.Array, jax.Array]:  # fmt: skip
+    """Stochastic ``(g_x, g_y)``: REINFORCE with plug-in pseudo-rewards (module docstring).
+
+    ``mesh`` shards the ``n_rollouts`` axis of both players' rollouts (a multiple of the device
+    count); the random numbers do not depend on the layout.
+    """
     k1, k2 = jax.random.split(key)
     xp, yp = played(x, epsilon), played(y, epsilon)
-    s1, a1 = _rollouts(game.p1, game.rho1, xp, k1, n_rollouts, horizon)
-    s2, a2 = _rollouts(game.p2, game.rho2, yp, k2, n_rollouts, horizon)
+    s1, a1 = _rollouts(game.p1, game.rho1, xp, k1, n_rollouts, horizon, mesh)
+    s2, a2 = _rollouts(game.p2, game.rho2, yp, k2, n_rollouts, horizon, mesh)
     lam1 = _empirical_occupancy(s1, a1, xp.shape, game.gamma)
     lam2 = _empirical_occupancy(s2, a2, yp.shape, game.gamma)
     c1, c2 = jax.grad(occupancy_utility, argnums=(1, 2))(game, lam1, lam2, mu)
@@ -170,30 +201,107 @@ def rollout_gradients(
             _reinforce(s2, a2, yp, c2, game.gamma, epsilon))  # fmt: skip
 
 
-def _gradients(cfg: SolverConfig, game, x, y, key):
-    if cfg.stochastic:
-        return rollout_gradients(game, x, y, key, cfg.epsilon, cfg.mu, cfg.n_rollouts, cfg.horizon)
-    return exact_gradients(game, x, y, cfg.epsilon, cfg.mu)
+def _initial_state(game: FactoredGame, key: jax.Array) -> SolverState:
+    x, y = uniform_policies(game)
+    return SolverState(x, y, jnp.zeros((), jnp.int32), checks.check_key(key))
+
+
+def _check_schedule(num_steps: int, eval_every: int) -> None:
+    if num_steps < 1 or eval_every < 1 or num_steps % eval_every:
+        raise ValueError(
+            f"`num_steps` ({num_steps}) must be a positive multiple of `eval_every` ({eval_every})."
+        )
+
+
+def make_solver(config: SolverConfig, game: FactoredGame, mesh: Mesh | None = None) -> Solver:
+    """The pure functions of ``config.method`` on one (unbatched) ``game``.
+
+    Args:
+      config: the method and its hyperparameters.
+      game: one factored game (``vmap`` a function that calls ``make_solver`` to batch games, as
+        :func:`solve_games` does).
+      mesh: shards the REINFORCE rollout axis (``n_rollouts``) when ``config.stochastic``;
+        ``None`` (and exact gradients, which have no batch axis) run on one device.
+
+    Returns:
+      A :class:`Solver`:
+
+      - ``init(key) -> SolverState``: uniform policies (the spec's initialisation), count 0;
+      - ``step(state, x=None) -> (state, metrics)``: one iteration (``"nested"``:
+        ``inner_steps`` y-steps, then one x-step); ``x`` is ignored. ``metrics``: scalars
+        ``x_move`` / ``y_move`` (Frobenius norm of the policy change this iteration) and
+        ``grad_x_norm`` / ``grad_y_norm`` (norm of the last gradient each player used);
+      - ``gap(state, max_iter=1000) -> GapResult``: the Nash gap of the unregularised game at
+        the played policies (Frank-Wolfe certificate after at most ``max_iter`` steps);
+      - ``solve(key, num_steps, eval_every, gap_iters=1000)``: see :func:`solve`.
+    """
+    cfg = config
+
+    def gradients(x, y, key):
+        if cfg.stochastic:
+            return rollout_gradients(game, x, y, key, cfg.epsilon, cfg.mu, cfg.n_rollouts,
+                                     cfg.horizon, mesh)  # fmt: skip
+        return exact_gradients(game, x, y, cfg.epsilon, cfg.mu)
+
+    def init_fn(key: jax.Array) -> SolverState:
+        return _initial_state(game, key)
+
+    def step_fn(state: SolverState, x_in=None) -> tuple[SolverState, dict]:
+        del x_in  # the solver needs no per-step input
+        x0, y0 = state.x, state.y
+        k_x, k_y = jax.random.split(jax.random.fold_in(state.key, state.count))
+        if cfg.method == "simultaneous":
+            gx, gy = gradients(x0, y0, k_x)
+            x, y = project_simplex(x0 - cfg.eta_x * gx), project_simplex(y0 + cfg.eta_y * gy)
+        elif cfg.method == "alternating":
+            gx = gradients(x0, y0, k_x)[0]
+            x = project_simplex(x0 - cfg.eta_x * gx)
+            gy = gradients(x, y0, k_y)[1]
+            y = project_simplex(y0 + cfg.eta_y * gy)
+        else:
+
+            def ascend(y, k):
+                g = gradients(x0, y, k)[1]
+                return project_simplex(y + cfg.eta_y * g), jnp.linalg.norm(g)
+
+            y, gy_norms = jax.lax.scan(ascend, y0, jax.random.split(k_y, cfg.inner_steps))
+            gx = gradients(x0, y, k_x)[0]
+            x = project_simplex(x0 - cfg.eta_x * gx)
+        metrics = {
+            "x_move": jnp.linalg.norm(x - x0),
+            "y_move": jnp.linalg.norm(y - y0),
+            "grad_x_norm": jnp.linalg.norm(gx),
+            "grad_y_norm": gy_norms[-1] if cfg.method == "nested" else jnp.linalg.norm(gy),
+        }
+        return state.replace(x=x, y=y, count=state.count + 1), metrics
+
+    def gap_fn(state: SolverState, max_iter: int = 1000) -> GapResult:
+        return nash_gap(game, state.x, state.y, cfg.epsilon, 0.0, max_iter=max_iter)
+
+    def solve_fn(key, num_steps: int, eval_every: int, gap_iters: int = 1000):
+        _check_schedule(num_steps, eval_every)
+
+        def chunk(state, _):
+            state = jax.lax.fori_loop(0, eval_every, lambda _, s: step_fn(s)[0], state)
+            return state, gap_fn(state, gap_iters)
+
+        state = init_fn(key)
+        first = gap_fn(state, gap_iters)
+        state, gaps = jax.lax.scan(chunk, state, None, length=num_steps // eval_every)
+        return state, jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, gaps)
+
+    return Solver(init_fn, step_fn, gap_fn, solve_fn)
+
+
+def init(game: FactoredGame, key: jax.Array) -> SolverState:
+    """Uniform policies (the spec's initialisation): ``make_solver(config, game).init(key)``."""
+    return _initial_state(game, key)
 
 
 def step(cfg: SolverConfig, game: FactoredGame, state: SolverState) -> SolverState:
-    """One iteration of ``cfg.method`` (``"nested"``: ``inner_steps`` y-steps, then one x-step)."""
-    x, y = state.x, state.y
-    key, k_x, k_y = jax.random.split(state.key, 3)
-    if cfg.method == "simultaneous":
-        gx, gy = _gradients(cfg, game, x, y, k_x)
-        x, y = project_simplex(x - cfg.eta_x * gx), project_simplex(y + cfg.eta_y * gy)
-    elif cfg.method == "alternating":
-        x = project_simplex(x - cfg.eta_x * _gradients(cfg, game, x, y, k_x)[0])
-        y = project_simplex(y + cfg.eta_y * _gradients(cfg, game, x, y, k_y)[1])
-    else:
-
-        def ascend(y, k):
-            return project_simplex(y + cfg.eta_y * _gradients(cfg, game, x, y, k)[1]), None
-
-        y, _ = jax.lax.scan(ascend, y, jax.random.split(k_y, cfg.inner_steps))
-        x = project_simplex(x - cfg.eta_x * _gradients(cfg, game, x, y, k_x)[0])
-    return SolverState(x, y, state.count + 1, key)
+    """One iteration of ``cfg.method``, the state only: ``make_solver(cfg, game).step(state)[0]``
+    (use the solver's ``step`` for the metrics)."""
+    return make_solver(cfg, game).step(state)[0]
 
 
 def solve(
@@ -205,24 +313,10 @@ def solve(
     Returns ``(final state, gaps)``: ``gaps`` is a :class:`GapResult` whose fields are
     ``[num_steps // eval_every + 1]``, the Nash gap of the unregularised game at the played
     policies (and its Frank-Wolfe certificate, at most ``gap_iters`` steps) before the first step
-    and after every ``eval_every`` steps.
+    and after every ``eval_every`` steps. The per-step metrics are not kept (scan
+    ``make_solver(cfg, game).step`` for them).
     """
-    if num_steps < 1 or eval_every < 1 or num_steps % eval_every:
-        raise ValueError(
-            f"`num_steps` ({num_steps}) must be a positive multiple of `eval_every` ({eval_every})."
-        )
-
-    def gap(state):
-        return nash_gap(game, state.x, state.y, cfg.epsilon, 0.0, max_iter=gap_iters)
-
-    def chunk(state, _):
-        state = jax.lax.fori_loop(0, eval_every, lambda _, s: step(cfg, game, s), state)
-        return state, gap(state)
-
-    state = init(game, key)
-    first = gap(state)
-    state, gaps = jax.lax.scan(chunk, state, None, length=num_steps // eval_every)
-    return state, jax.tree.map(lambda a, b: jnp.concatenate([a[None], b]), first, gaps)
+    return make_solver(cfg, game).solve(key, num_steps, eval_every, gap_iters)
 
 
 def solve_games(
@@ -234,6 +328,7 @@ def solve_games(
     ``G`` must be a multiple of the device count). Returns stacked states and gaps (fields
     ``[G, K + 1]``). The compiled function is cached per ``(cfg, num_steps, eval_every,
     mesh, gap_iters)``, so new games of the same shapes (another ``kappa``, seed) reuse it."""
+    _check_schedule(num_steps, eval_every)
     mesh = sharding.data_mesh() if mesh is None else mesh
     return _batched_solver(cfg, num_steps, eval_every, mesh, gap_iters)(None, (games, keys))
 

@@ -16,8 +16,9 @@ consistency-style wrapper, for which ``D(x; eps) = x`` exactly):
     c_noise = ln(sigma) / 4.
 
 The probability-flow ODE is ``dx/dsigma = (x - D(x; sigma)) / sigma``; :func:`heun_sample`
-integrates it on the Karras grid from ``sigma_max`` to 0 (Heun steps, Euler for the last one, so
-``n`` steps cost ``2n - 1`` network evaluations: 18 steps = 35 NFE).
+integrates it on the Karras grid from ``sigma_max`` to 0 with diffrax (``diffrax.Heun`` stepping
+to the grid with ``diffrax.StepTo``, then one Euler step to ``sigma = 0``, where the drift is not
+defined, as EDM does), so ``n`` steps cost ``2n - 1`` network evaluations: 18 steps = 35 NFE.
 
 Images are NHWC throughout; ``sigma`` broadcasts as ``[B, 1, 1, 1]`` inside :func:`denoise`.
 """
@@ -28,8 +29,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import diffrax
 import jax
 import jax.numpy as jnp
+
+from jaxlab.core import checks
 
 PyTree = Any
 # F(params, x_in [B, H, W, C], c_noise [B]) -> [B, H, W, C]
@@ -74,8 +78,8 @@ class EDMConfig:
 
     def __post_init__(self):
         for name in ("sigma_data", "sigma_min", "sigma_max", "rho", "p_std"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"EDMConfig: `{name}` must be > 0, got {getattr(self, name)}.")
+            checks.check_positive(getattr(self, name), name)
+        checks.check_finite(self.p_mean, "p_mean")
         if not self.sigma_max > self.sigma_min:
             raise ValueError(
                 f"EDMConfig: `sigma_max` ({self.sigma_max}) must exceed `sigma_min` "
@@ -84,22 +88,17 @@ class EDMConfig:
 
 
 def check_images(x: Any, name: str = "x") -> None:
-    """Raise ``ValueError`` unless ``x`` is a floating ``[B, H, W, C]`` batch."""
-    shape = getattr(x, "shape", None)
-    if shape is None or len(shape) != 4:
-        raise ValueError(f"`{name}` must be an image batch [B, H, W, C], got shape {shape}.")
+    """Raise ``ValueError`` unless ``x`` is a floating ``[B, H, W, C]`` batch (shape and dtype are
+    static, so tracers are checked too)."""
+    checks.check_shape(x, name, (None, None, None, None), "[B, H, W, C]")
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"`{name}` must be floating point, got dtype {x.dtype}.")
 
 
 def check_sigma(sigma: Any, name: str = "sigma") -> None:
-    """Raise ``ValueError`` if a concrete ``sigma`` has an entry ``<= 0`` (traced values pass)."""
-    try:
-        bad = bool(jnp.any(jnp.asarray(sigma) <= 0))
-    except jax.errors.ConcretizationTypeError:
-        return
-    if bad:
-        raise ValueError(f"`{name}` must be > 0 everywhere, got {sigma}.")
+    """Raise ``ValueError`` if a concrete ``sigma`` has an entry ``<= 0`` or not finite (traced
+    values pass: :func:`jaxlab.core.checks.check_positive`)."""
+    checks.check_positive(sigma, name)
 
 
 def precond(sigma: jax.Array, sigma_data: float, eps: float = 0.0):
@@ -197,37 +196,56 @@ def karras_steps(n_steps: int, config: EDMConfig, final_sigma_min: bool = True) 
 
 
 def heun_sample(denoiser: DenoiseFn, x_init: jax.Array, sigmas: jax.Array) -> jax.Array:
-    """Integrate the probability-flow ODE along ``sigmas`` (descending, last entry 0).
+    """Integrate the probability-flow ODE along ``sigmas`` (strictly decreasing, last entry 0).
 
-    ``x_init`` is ``[B, ...]`` noise already scaled by ``sigmas[0]``. Each interval takes a Heun
-    (trapezoidal) step; the last one, ending at ``sigma = 0``, takes an Euler step. One
-    ``lax.scan`` over the intervals.
+    ``x_init`` is ``[B, ...]`` noise already scaled by ``sigmas[0]``. The intervals down to
+    ``sigmas[-2]`` are Heun (trapezoidal) steps, ``diffrax.diffeqsolve`` with ``diffrax.Heun`` and
+    ``diffrax.StepTo(ts=sigmas[:-1])``; the last interval, ending at ``sigma = 0`` where the drift
+    ``(x - D) / sigma`` is undefined, is one Euler step (EDM's sampler), i.e. ``x`` becomes
+    ``D(x; sigmas[-2])``. ``n + 1`` levels cost ``2n - 1`` denoiser calls.
+
+    Measured against the hand-written ``lax.scan`` Heun it replaced (the experiment's U-Net,
+    channels 16/32, jitted, 18 steps = 35 NFE, median of 7 interleaved runs after warm-up, 2 CPU
+    cores): 327 vs 303 ms for 64 images and 1.17 vs 1.24 s for 256 (the same speed within the
+    machine's noise), compiling 2.5 vs 1.6 s; outputs equal to 1e-6 at 18 steps and 1.6e-5 at 2
+    (500 images; float32 rounding of ``sigma_max |z| ~ 300``, the size of the state), and the
+    experiment's quick-preset figures (seed 0) came out bit-identical.
 
     Args:
       denoiser: ``D(x, sigma[B]) -> x0_hat``.
       x_init: ``[B, H, W, C]`` initial state at ``sigmas[0]``.
-      sigmas: ``[n + 1]`` levels.
+      sigmas: ``[n + 1]`` levels, ``n >= 1``.
 
     Returns:
-      ``[B, H, W, C]`` the state at ``sigmas[-1]``.
+      ``[B, H, W, C]`` the state at ``sigma = 0``.
+
+    Raises:
+      ValueError: ``sigmas`` is not 1-D with at least two levels, or (when concrete) is not
+        strictly decreasing with a last entry of 0.
     """
+    sigmas = jnp.asarray(sigmas)
+    if sigmas.ndim != 1 or sigmas.shape[0] < 2:
+        raise ValueError(f"`sigmas` must be [n + 1] levels with n >= 1, got shape {sigmas.shape}.")
+    if checks.is_concrete(sigmas):
+        levels = jax.device_get(sigmas)
+        if levels[-1] != 0 or not (levels[1:] < levels[:-1]).all():
+            raise ValueError(f"`sigmas` must decrease strictly to a last entry of 0, got {levels}.")
     b = x_init.shape[0]
 
-    def drift(x, s):
+    def drift(s, x, args):
         return (x - denoiser(x, jnp.full((b,), s, x.dtype))) / s
 
-    def step(x, pair):
-        s, s_next = pair
-        d = drift(x, s)
-        x_euler = x + (s_next - s) * d
-        safe_next = jnp.where(s_next > 0, s_next, 1.0)
-        heun = lambda: x + (s_next - s) * 0.5 * (d + drift(x_euler, safe_next))  # noqa: E731
-        x_new = jax.lax.cond(s_next > 0, heun, lambda: x_euler)
-        return x_new, None
-
-    pairs = (sigmas[:-1], sigmas[1:])
-    x, _ = jax.lax.scan(step, x_init, pairs)
-    return x
+    x = x_init
+    if sigmas.shape[0] > 2:  # Heun steps between the positive levels
+        ts = sigmas[:-1]
+        solution = diffrax.diffeqsolve(
+            diffrax.ODETerm(drift), diffrax.Heun(), t0=ts[0], t1=ts[-1], dt0=None, y0=x,
+            stepsize_controller=diffrax.StepTo(ts=ts), max_steps=ts.shape[0] - 1,
+            saveat=diffrax.SaveAt(t1=True),
+        )  # fmt: skip
+        x = solution.ys[0]
+    s = sigmas[-2]
+    return x + (sigmas[-1] - s) * drift(s, x, None)  # the Euler step to sigma = 0
 
 
 def gaussian_denoiser(mean: jax.Array, std: float) -> DenoiseFn:

@@ -10,12 +10,14 @@
   is the list of logit maps and every loss sums over it (as the official D2O code does).
 - :func:`projected_discriminator`: ``logits(d_params, x)`` = heads applied to the frozen network's
   features of ``x`` (gradients flow to ``x`` and to the heads, never into the frozen weights).
-- :func:`train_classifier`: Adam on cross-entropy, whole epochs in one jitted ``lax.scan``.
+- :func:`train_classifier`: Adam on cross-entropy, whole epochs in one jitted ``lax.scan``
+  (:func:`jaxlab.core.training.minibatch_epochs`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -23,6 +25,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+
+from jaxlab.core import checks
+from jaxlab.core.training import minibatch_epochs
 
 PyTree = Any
 # logits(d_params, x [B, H, W, C]) -> list of [B, h, w, 1] logit maps
@@ -40,8 +45,14 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class ClassifierConfig:
-    """``stages``: channels of the conv-pool stages; ``width``: penultimate features;
-    ``n_classes``; training: ``epochs``, ``batch``, ``lr``."""
+    """A digit classifier and its training (frozen; invalid fields raise naming the field).
+
+    Attributes:
+      stages: channels of the conv-pool stages (each ``>= 1``; one 2x2 pooling per stage).
+      width: penultimate features (``>= 1``).
+      n_classes: classes (``>= 2``).
+      epochs, batch, lr: Adam training: epochs (``>= 0``), minibatch size (``>= 1``), step size.
+    """
 
     stages: tuple[int, ...] = (32, 64)
     width: int = 64
@@ -49,6 +60,17 @@ class ClassifierConfig:
     epochs: int = 30
     batch: int = 64
     lr: float = 2e-3
+
+    def __post_init__(self):
+        if not isinstance(self.stages, tuple) or not self.stages:
+            raise ValueError(f"`stages` must be a non-empty tuple of ints, got {self.stages!r}.")
+        for c in self.stages:
+            checks.check_int(c, "stages", minimum=1)
+        checks.check_int(self.width, "width", minimum=1)
+        checks.check_int(self.n_classes, "n_classes", minimum=2)
+        checks.check_int(self.epochs, "epochs", minimum=0)
+        checks.check_int(self.batch, "batch", minimum=1)
+        checks.check_positive(self.lr, "lr")
 
 
 class Classifier(nn.Module):
@@ -128,36 +150,29 @@ def train_classifier(
     key: jax.Array, classifier: Classifier, x: jax.Array, y: jax.Array
 ) -> tuple[PyTree, jax.Array]:
     """Train ``classifier`` on ``(x [N, H, W, C], y [N])`` with Adam; returns
-    ``(params, per-epoch mean loss [epochs])``. Each epoch is a random permutation cut into
-    ``N // batch`` minibatches (the remainder is dropped that epoch)."""
+    ``(params, per-epoch mean loss [epochs])``.
+
+    ``k_init, k_epochs = split(key)``: ``k_init`` initialises the network and ``k_epochs`` drives
+    :func:`jaxlab.core.training.minibatch_epochs` (epoch ``e`` is ``permutation(split(k_epochs,
+    epochs)[e], N)`` cut into ``N // batch`` minibatches; the remainder is dropped that epoch),
+    the whole run one jitted call.
+
+    Raises:
+      ValueError: ``x`` and ``y`` differ in length, or ``N < batch``.
+    """
     cfg = classifier.config
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"train_classifier: `x` has {x.shape[0]} images but `y` {y.shape[0]}.")
-    n_batches = x.shape[0] // cfg.batch
-    if n_batches < 1:
+    if x.shape[0] < cfg.batch:
         raise ValueError(f"train_classifier: need >= {cfg.batch} images, got {x.shape[0]}.")
     k_init, k_epochs = jax.random.split(key)
     params = classifier.init(k_init, x[:1])
-    opt = optax.adam(cfg.lr)
 
-    def loss_fn(p, xb, yb):
+    def loss_fn(p, batch, _key):
+        xb, yb = batch
         logits = classifier.apply(p, xb)
         return optax.softmax_cross_entropy_with_integer_labels(logits, yb).mean()
 
-    def epoch(carry, k):
-        p, s = carry
-        idx = jax.random.permutation(k, x.shape[0])[: n_batches * cfg.batch]
-        idx = idx.reshape(n_batches, cfg.batch)
-
-        def batch_step(carry, ib):
-            p, s = carry
-            loss, g = jax.value_and_grad(loss_fn)(p, x[ib], y[ib])
-            u, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, u), s), loss
-
-        (p, s), losses = jax.lax.scan(batch_step, (p, s), idx)
-        return (p, s), losses.mean()
-
-    run = jax.jit(lambda p, s: jax.lax.scan(epoch, (p, s), jax.random.split(k_epochs, cfg.epochs)))
-    (params, _), losses = run(params, opt.init(params))
-    return params, losses
+    run = jax.jit(functools.partial(minibatch_epochs, loss_fn, optimizer=optax.adam(cfg.lr),
+                                    epochs=cfg.epochs, batch_size=cfg.batch))  # fmt: skip
+    return run(params, data=(x, y), key=k_epochs)
