@@ -28,6 +28,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -237,7 +238,13 @@ class TrainState:
         return cls(jnp.zeros((), jnp.int32), params, tx.init(params), key, tx)
 
     def apply_gradients(self, grads: PyTree) -> TrainState:
-        """One optimiser step: ``tx.update(grads, opt_state, params)``, then ``step + 1``."""
+        """One optimiser step: ``tx.update(grads, opt_state, params)``, then ``step + 1``.
+
+        ``grads`` must have the structure and leaf shapes of ``params`` (checked when traced, at
+        no run-time cost, with ``chex``: a gradient of the wrong pytree is an error here, not a
+        silent broadcast inside the optimiser).
+        """
+        chex.assert_trees_all_equal_shapes(grads, self.params)
         updates, opt_state = self.tx.update(grads, self.opt_state, self.params)
         return self.replace(
             step=self.step + 1,

@@ -235,6 +235,8 @@ def test_train_state_apply_gradients_and_step_keys():
     assert all(hasattr(leaf, "shape") for leaf in leaves)  # tx is static, not a leaf
     with pytest.raises(ValueError, match="without a `key`"):
         TrainState.create(params, opt).step_key()
+    with pytest.raises(AssertionError):  # a gradient of another shape is refused, not broadcast
+        state.apply_gradients({"w": jnp.ones((1, 3))})
 
 
 @pytest.mark.parametrize("chunk", [None, 3, 4, 10, 50])
