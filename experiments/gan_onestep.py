@@ -272,7 +272,7 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
         if ft.mask is not None:
             frozen = G.frozen_fraction(teacher_params, ft.mask)
         step = jax.jit(ft.step)
-        gen_v = jax.jit(ft.generate)
+        gen_v = gen  # every variant's generate is the same function (sigma_max, eps, sigma_d)
         done, curve = 0, []
         points = curve_at if variant in ("d2o", "d2o_f") else np.array([config.finetune_steps])
         for stop in points:

@@ -147,7 +147,7 @@ def _mse(pred, y) -> float:
     return float(jnp.mean((jnp.asarray(pred) - jnp.asarray(y)) ** 2))
 
 
-def _principal_angle(images: np.ndarray) -> np.ndarray:
+def principal_angle(images: np.ndarray) -> np.ndarray:
     """Orientation (degrees) of each ``[64]`` image's intensity mass (second moments)."""
     yy, xx = np.mgrid[0:8, 0:8].astype(np.float64)
     w = np.clip(images.reshape(-1, 8, 8), 0.0, None) + 1e-9
@@ -218,7 +218,7 @@ def _one_seed(cfg: Config, seed: int, models: tuple[str, ...] = MODELS) -> dict:
     )
     z_t = G.component_latents(G.posterior_mean_weights(model, params), sweep, comps)["t"]
     imgs = np.asarray(model.decoder.apply({"params": params["decoder$params"]}, z_t))
-    angle = _principal_angle(imgs)
+    angle = principal_angle(imgs)
     out["component_corr"] = float(np.corrcoef(angle, 25.0 * np.sin(2 * np.pi * t))[0, 1])
     diseased = np.asarray(data.disease[future] == 1)
     out["mse_future_diseased"] = _mse(np.asarray(res["dgbfgp"][0])[diseased], y[future][diseased])

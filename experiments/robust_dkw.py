@@ -121,7 +121,7 @@ def _cell(k: int, n: int) -> str:
     return f"K={k},n={n}"
 
 
-def _chunked(fn, keys: jax.Array, chunk: int, *args):
+def chunked_replicates(fn, keys: jax.Array, chunk: int, *args):
     """``fn(keys_chunk, *args)`` over ``keys`` in chunks of ``chunk`` replicates
     (:func:`jaxlab.core.training.map_in_chunks`: one compiled shape), as NumPy arrays."""
     out = map_in_chunks(lambda k: fn(k, *args), (keys,), chunk)
@@ -160,13 +160,17 @@ def run_e1(config: Config, key) -> dict:
     cov, widths = {}, {}
     for i, (k, n) in enumerate(config.e1_cells):
         keys = jax.random.split(jax.random.fold_in(key, i), config.e1_replicates)
-        inside, _, eps_k, _ = _chunked(e1_covered, keys, config.chunk, k, n, config.e1_points)
+        inside, _, eps_k, _ = chunked_replicates(
+            e1_covered, keys, config.chunk, k, n, config.e1_points
+        )
         t = R.hoeffding_shift(n, k, DELTA / 2)
         cov[_cell(k, n)] = float(inside.mean())
         widths[_cell(k, n)] = {"eps_K": float(eps_k[0]), "t": float(t)}
     k, n = config.e1_control
     keys = jax.random.split(jax.random.fold_in(key, 99), config.e1_replicates)
-    with_t, control, _, _ = _chunked(e1_covered, keys, config.chunk, k, n, config.e1_points)
+    with_t, control, _, _ = chunked_replicates(
+        e1_covered, keys, config.chunk, k, n, config.e1_points
+    )
     return {
         "coverage": cov,
         "half_widths": widths,
@@ -222,8 +226,8 @@ def run_e2(config: Config, key) -> dict:
     detail, gaps, curves = {}, [], {}
     for i, (k, n) in enumerate(config.e2_ladder):
         keys = jax.random.split(jax.random.fold_in(key, i), config.e2_replicates)
-        bounds = _chunked(_e2_bounds, keys, config.chunk, jnp.asarray(lam), jnp.asarray(eps_grid),
-                          k, n)  # fmt: skip
+        bounds = chunked_replicates(_e2_bounds, keys, config.chunk, jnp.asarray(lam),
+                                    jnp.asarray(eps_grid), k, n)  # fmt: skip
         for div in R.DIVERGENCES:
             cells = {}
             for j, e in enumerate(eps_grid):
@@ -276,9 +280,9 @@ def run_e3(config: Config, key) -> dict:
 
         keys = jax.random.split(kd, config.e3_replicates)
         eps = jnp.asarray(config.e3_eps)
-        avg, tail, plugin = _chunked(_e3_bounds, keys, max(config.chunk // 5, 1), weights, bias,
-                                     gammas, lam, eps, dim, config.e3_spread, config.e3_clients,
-                                     config.e3_samples)  # fmt: skip
+        avg, tail, plugin = chunked_replicates(_e3_bounds, keys, max(config.chunk // 5, 1), weights,
+                                               bias, gammas, lam, eps, dim, config.e3_spread,
+                                               config.e3_clients, config.e3_samples)  # fmt: skip
         terms = sum(R.wasserstein_terms(config.e3_clients, len(gammas), config.e3_samples, DELTA))
         for j, e in enumerate(config.e3_eps):
             a_only, b_only = float(ref["avg_a"][j]), float(ref["avg_b"][j])

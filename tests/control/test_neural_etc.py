@@ -1,6 +1,14 @@
-"""jaxlab.control.neural_etc building blocks, in float64: closed forms, invariants, gradients."""
+"""jaxlab.control.neural_etc building blocks, in float64: closed forms, invariants, gradients.
+
+Compile budget: every program is built once per module (``functools.cache``d builders, one
+jitted function per setup, no eager ``jnp`` loops) and reused by the tests that share its shapes:
+one linear first-trigger program (closed form, gradients, fired / unfired batches), one program
+of network checks, one linear event-triggered simulator (Theorem 3.2, escape, trigger cap), and
+one MC and one PI trainer.
+"""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -10,6 +18,7 @@ import pytest
 from jaxlab.control import neural_etc as E
 from jaxlab.control.neural_etc import ETCConfig, make_trainer
 from jaxlab.core import sharding
+from tests.helpers import assert_compiles_once, assert_traces_once
 
 
 @pytest.fixture(autouse=True)
@@ -24,172 +33,237 @@ def linear_system(a):
     )
 
 
-def first_trigger_linear(a, k, c1, c2, cfg):
-    """x' = a x + u, u = -k x(t_k); event c2 e^2 - c1 x^2 (fires when |e|/|x| = 1/P)."""
-    system = linear_system(a)
-    field = E.augmented_field(system, lambda p, x: -p["k"] * x)
-    event = lambda y, p: c2 * y[1] ** 2 - c1 * y[0] ** 2
-    return jax.jit(lambda p: E.first_trigger_time(field, event, jnp.array([1.0]), p, 5.0, cfg))
+# x' = x + u, u = -k x(t_k), event h = 4 e^2 - x^2 (fires when |e| = |x| / 2, P = 2): between
+# triggers x(t) = x_k (k - (k - 1) e^{t - t_k}), so t1 = log((k - 2/3) / (k - 1)) from any x_k.
+LINEAR_KS = np.array([2.0, 3.0, 6.0])
+LINEAR_EPS = 1e-5
 
 
-def test_first_trigger_time_matches_the_closed_form():
-    a, k, c1, c2 = 1.0, 3.0, 1.0, 4.0
-    P = np.sqrt(c2 / c1)
+def linear_event(y, p):
+    return 4.0 * y[1] ** 2 - y[0] ** 2
+
+
+def linear_t1(k):
+    return np.log((k - 2 / 3) / (k - 1))
+
+
+def linear_dt1_dk(k):
+    return 1 / (k - 2 / 3) - 1 / (k - 1)
+
+
+@functools.cache
+def linear_trigger_results():
+    """First-trigger times of the linear loop for ks = (2, 3, 6) and k +- eps, t_max = 5 and 0.1.
+
+    One program: ``(ks [9], t_max []) -> (t1, fired, dt1/dk)`` vmapped over ``ks``, and ``t1``
+    one state at a time (``lax.map``, no batching); its second call (new t_max) must not retrace.
+    """
+    field = E.augmented_field(linear_system(1.0), lambda k, x: -k * x)
     cfg = E.ODESolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
-    t1, triggered = first_trigger_linear(a, k, c1, c2, cfg)({"k": jnp.float64(k)})
-    exact = np.log((k - a * P / (P + 1)) / (k - a)) / a
-    assert bool(triggered)
-    assert abs(float(t1) - exact) < 1e-8
+
+    def one(k, t_max):
+        return E.first_trigger_time(field, linear_event, jnp.array([1.0]), k, t_max, cfg)
+
+    def run(ks, t_max):
+        (t1, fired), grad = jax.vmap(jax.value_and_grad(one, has_aux=True), (0, None))(ks, t_max)
+        return t1, fired, grad, jax.lax.map(lambda k: one(k, t_max)[0], ks)
+
+    ks = np.concatenate([LINEAR_KS, LINEAR_KS + LINEAR_EPS, LINEAR_KS - LINEAR_EPS])
+    calls = [(ks, np.float64(5.0)), (ks, np.float64(0.1))]
+    outs = assert_compiles_once(jax.jit(run), calls, name="linear first_trigger_time")
+    return {
+        t_max: [np.asarray(o) for o in out] for (_, t_max), out in zip(calls, outs, strict=True)
+    }
 
 
-def test_event_time_gradient_matches_finite_differences():
-    a, c1, c2 = 1.0, 1.0, 4.0
-    cfg = E.ODESolverConfig(rtol=1e-11, atol=1e-11, root_tol=1e-13)
-    fn = first_trigger_linear(a, 3.0, c1, c2, cfg)
-    t_of_k = lambda k: fn({"k": k})[0]
-    for k in (2.0, 3.0, 6.0):
-        grad = float(jax.grad(t_of_k)(jnp.float64(k)))
-        eps = 1e-5
-        fd = (float(t_of_k(jnp.float64(k + eps))) - float(t_of_k(jnp.float64(k - eps)))) / (2 * eps)
-        assert grad == pytest.approx(fd, rel=1e-4)
-
-
-def test_no_trigger_returns_the_horizon_with_zero_gradient():
-    system = linear_system(-1.0)
-    field = E.augmented_field(system, lambda p, x: -p * x)
-    never = lambda y, p: -1.0 - y[0] ** 2  # always negative
-    fn = lambda p: E.first_trigger_time(field, never, jnp.array([1.0]), p, 2.0)
-    t1, triggered = fn(jnp.float64(1.0))
-    assert not bool(triggered) and float(t1) == 2.0
-    assert float(jax.grad(lambda p: fn(p)[0])(jnp.float64(1.0))) == 0.0
+def test_first_trigger_time_and_its_gradient_match_the_closed_form():
+    t1, fired, grad, single = linear_trigger_results()[5.0]
+    assert fired.all()
+    np.testing.assert_allclose(t1, linear_t1(np.tile(LINEAR_KS, 3) + np.repeat([0, 1, -1], 3)
+                                             * LINEAR_EPS), atol=1e-8)  # fmt: skip
+    fd = (t1[3:6] - t1[6:9]) / (2 * LINEAR_EPS)
+    np.testing.assert_allclose(grad[:3], fd, rtol=1e-4)  # IFT gradient == finite differences
+    np.testing.assert_allclose(grad[:3], linear_dt1_dk(LINEAR_KS), rtol=1e-6)
+    np.testing.assert_allclose(single, t1, atol=1e-12)  # batched == one at a time
 
 
 def test_vmapped_trigger_times_mix_fired_and_unfired_states():
-    # x' = x + u, u = -k x(t_k), P = 2: t1 = log((k - 2/3) / (k - 1)) = 0.288 (k=2), 0.065 (k=6)
-    system = linear_system(1.0)
-    field = E.augmented_field(system, lambda p, x: -p * x)
-    event = lambda y, p: 4.0 * y[1] ** 2 - y[0] ** 2
-    cfg = E.ODESolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
-    fn = lambda k: E.first_trigger_time(field, event, jnp.array([1.0]), k, 0.1, cfg)
-    ks = jnp.array([2.0, 6.0, 2.5])
-    t1, fired = jax.jit(jax.vmap(fn))(ks)
-    np.testing.assert_array_equal(np.asarray(fired), [False, True, False])
-    np.testing.assert_allclose(t1, [0.1, np.log((6 - 2 / 3) / 5), 0.1], atol=1e-8)
-    for k, t in zip(ks, t1, strict=True):  # batched == one at a time
-        np.testing.assert_allclose(fn(k)[0], t, atol=1e-12)
-    grads = jax.grad(lambda ks: jnp.sum(jax.vmap(fn)(ks)[0]))(ks)
-    assert np.all(np.isfinite(grads)) and float(grads[0]) == 0.0 and float(grads[1]) < 0
+    # t_max = 0.1: t1 = 0.288 (k=2) and 0.154 (k=3) do not fire, 0.065 (k=6) does
+    t1, fired, grad, single = linear_trigger_results()[0.1]
+    np.testing.assert_array_equal(fired, [False, False, True] * 3)
+    # no trigger: exactly the horizon, exactly zero gradient
+    assert np.all(t1[~fired] == 0.1) and np.all(grad[~fired] == 0.0)
+    np.testing.assert_allclose(t1[fired], linear_t1(6.0 + np.array([0, 1, -1]) * LINEAR_EPS),
+                               atol=1e-8)  # fmt: skip
+    np.testing.assert_allclose(grad[fired], linear_dt1_dk(6.0 + np.array([0, 1, -1]) * LINEAR_EPS),
+                               rtol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(single, t1, atol=1e-12)  # batched == one at a time
 
 
-def test_augmented_state_invariant_and_pi_event_sign(key):
+# ------------------------------------------------------------------------------- networks
+
+CTRL, ICNN = E.Controller(3), E.ICNNLyapunov()
+SMALL_ICNN, CTRL_1 = E.ICNNLyapunov(hidden=(16, 1)), E.Controller(1, hidden=(16, 16))
+
+
+def controller(p, x):
+    return CTRL.apply(p["c"], x)
+
+
+def lyapunov(p, x):
+    return ICNN.apply(p["v"], x)
+
+
+@functools.cache
+def net_checks():
+    """Every network check's values from one jitted program (Lorenz nets, ICNN, class K, ...)."""
     system = E.lorenz()
-    ctrl_net, v_net = E.Controller(3), E.ICNNLyapunov()
-    k1, k2 = jax.random.split(key)
-    params = {"c": ctrl_net.init(k1, jnp.zeros(3)), "v": v_net.init(k2, jnp.zeros(3))}
-    controller = lambda p, x: ctrl_net.apply(p["c"], x)
-    lyapunov = lambda p, x: v_net.apply(p["v"], x)
-    field = E.augmented_field(system, controller)
-    y = jnp.concatenate([jnp.array([1.0, -2.0, 3.0]), jnp.array([0.1, 0.2, -0.3])])
-    dy = field(y, params)
-    np.testing.assert_allclose(dy[:3] + dy[3:], 0.0, atol=1e-12)  # d(x + e)/dt = 0
-    event = E.pi_event(system, controller, lyapunov, 0.5)
-    x = jnp.array([1.0, -2.0, 3.0])
-    h0 = event(jnp.concatenate([x, jnp.zeros(3)]), params)
-    np.testing.assert_allclose(h0, -0.5 * lyapunov(params, x), rtol=1e-12)
-    assert float(h0) < 0
+    rng = np.random.default_rng(0)
+    xs = rng.uniform(-10, 10, (2000, 3))  # projection test points
+    normals = rng.normal(size=(50, 3)) * 5  # ICNN test points
+    pair = rng.normal(size=(2, 3))  # Lipschitz test pair
+
+    def init(key):
+        k1, k2, k3, k4, k5, k6 = jax.random.split(key, 6)
+        return {
+            "lorenz": {"c": CTRL.init(k1, jnp.zeros(3)), "v": ICNN.init(k2, jnp.zeros(3))},
+            "icnn": SMALL_ICNN.init(k3, jnp.zeros(3)),
+            "c1": CTRL_1.init(k4, jnp.zeros(3)),
+            "layer": E.SpectralDense(5).init(k5, jnp.zeros(3)),
+            "alpha": E.ClassK().init(k6, jnp.zeros(())),
+        }
+
+    # (parameters made inside the checks' program let XLA fold them into the projection's
+    # arithmetic, which then cancels to 1e-5 instead of 1e-13: they come from their own program)
+    def run(nets, xs, normals, pair):
+        params = nets["lorenz"]
+        out = {}
+        # augmented closed loop and PI event
+        field = E.augmented_field(system, controller)
+        y = jnp.array([1.0, -2.0, 3.0, 0.1, 0.2, -0.3])
+        out["dy"] = field(y, params)
+        x = y[:3]
+        out["h0"] = E.pi_event(system, controller, lyapunov, 0.5)(
+            jnp.concatenate([x, jnp.zeros(3)]), params
+        )
+        out["V(x)"] = lyapunov(params, x)
+        # projection
+        projected = E.project(controller, lyapunov, system)
+        lie = E.lie_derivative(system, controller, lyapunov)
+        lie_p = E.lie_derivative(system, projected, lyapunov)
+        out["before"] = jax.vmap(lambda x: lie(params, x) + lyapunov(params, x))(xs)
+        out["after"] = jax.vmap(lambda x: lie_p(params, x) + lyapunov(params, x))(xs)
+        out["V(xs)"] = jax.vmap(lambda x: lyapunov(params, x))(xs)
+        out["u"] = jax.vmap(lambda x: controller(params, x))(xs)
+        out["pu"] = jax.vmap(lambda x: projected(params, x))(xs)
+        twice = E.project(projected, lyapunov, system)
+        out["ppu"] = jax.vmap(lambda x: twice(params, x))(xs[:100])
+        grads = jax.grad(lambda p: projected(p, jnp.zeros(3)).sum())(params)
+        out["grad_at_0"] = jnp.concatenate([g.ravel() for g in jax.tree_util.tree_leaves(grads)])
+        # ICNN: V(0) = 0, V >= eps |x|^2, convex
+        icnn = nets["icnn"]
+        V = lambda x: SMALL_ICNN.apply(icnn, x)
+        out["icnn_V0"] = V(jnp.zeros(3))
+        out["icnn_margin"] = jax.vmap(V)(normals) - 1e-3 * jnp.sum(normals**2, axis=1)
+        out["icnn_min_eig"] = jnp.linalg.eigvalsh(jax.vmap(jax.hessian(V))(normals[:5])).min()
+        # smooth ReLU: value and slope continuous at 0 and d
+        d, eps = 0.1, 1e-7
+        zs = jnp.array([-eps, eps, d - eps, d + eps])
+        out["relu_values"] = E.smooth_relu(zs, d)
+        out["relu_slopes"] = jax.vmap(jax.grad(lambda t: E.smooth_relu(t, d)))(zs)
+        # controllers: u(0) = 0 (both forms); each SpectralDense layer has spectral norm 1
+        c1 = nets["c1"]
+        out["u0"] = jnp.concatenate(
+            [controller(params, jnp.zeros(3)), CTRL_1.apply(c1, jnp.zeros(3))]
+        )
+        layer = E.SpectralDense(5)
+        lp = nets["layer"]
+        out["layer_jacobian"] = jax.jacfwd(lambda z: layer.apply(lp, z))(pair[0])
+        out["layer_kernel"] = lp["params"]["kernel"]
+        mlps = [lambda z: CTRL.apply(params["c"], z, method=E.Controller.mlp),
+                lambda z: CTRL_1.apply(c1, z, method=E.Controller.mlp)]  # fmt: skip
+        out["mlp_gap"] = jnp.stack([jnp.linalg.norm(m(pair[0]) - m(pair[1])) for m in mlps])
+        out["pair_gap"] = jnp.linalg.norm(pair[0] - pair[1])
+        # class K: alpha(0) = 0, increasing, alpha = int q (trapezoid), alpha' = q
+        alpha_net = E.ClassK()
+        ap = nets["alpha"]
+        alpha = lambda r: alpha_net.apply(ap, r)
+        q = lambda r: alpha_net.apply(ap, r, method=E.ClassK.slope)
+        out["alpha0"] = alpha(jnp.float64(0.0))
+        out["alpha_grid"] = jax.vmap(alpha)(jnp.linspace(0.0, 10.0, 41))
+        fine = jnp.linspace(0.0, 3.0, 200_001)
+        out["alpha3"], out["trapezoid3"] = (
+            alpha(jnp.float64(3.0)),
+            jnp.trapezoid(jax.vmap(q)(fine), fine),
+        )
+        out["alpha_grad2"], out["q2"] = jax.grad(alpha)(jnp.float64(2.0)), q(jnp.float64(2.0))
+        return out
+
+    out = jax.jit(run)(jax.jit(init)(jax.random.key(0)), xs, normals, pair)
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
-def test_icnn_properties(key):
-    net = E.ICNNLyapunov(hidden=(16, 1))
-    params = net.init(key, jnp.zeros(3))
-    V = lambda x: net.apply(params, x)
-    assert float(V(jnp.zeros(3))) == 0.0
-    xs = jax.random.normal(key, (50, 3)) * 5
-    vals = jax.vmap(V)(xs)
-    assert bool(jnp.all(vals >= 1e-3 * jnp.sum(xs**2, axis=1) - 1e-12))
-    hessians = jax.jit(jax.vmap(jax.hessian(V)))(xs[:5])
-    assert float(jnp.linalg.eigvalsh(hessians).min()) >= -1e-9  # convex
+def test_augmented_state_invariant_and_pi_event_sign():
+    out = net_checks()
+    np.testing.assert_allclose(out["dy"][:3] + out["dy"][3:], 0.0, atol=1e-12)  # d(x + e)/dt = 0
+    np.testing.assert_allclose(out["h0"], -0.5 * out["V(x)"], rtol=1e-12)  # e = 0: h = -sigma V
+    assert out["h0"] < 0
+
+
+def test_icnn_properties():
+    out = net_checks()
+    assert out["icnn_V0"] == 0.0
+    assert np.all(out["icnn_margin"] >= -1e-12)
+    assert out["icnn_min_eig"] >= -1e-9  # convex
 
 
 def test_smooth_relu_is_c1():
-    d, eps = 0.1, 1e-7
-    for z in (0.0, d):
-        left, right = E.smooth_relu(jnp.float64(z - eps), d), E.smooth_relu(jnp.float64(z + eps), d)
-        assert abs(float(right - left)) < 1e-6
-        g = jax.grad(lambda t: E.smooth_relu(t, d))
-        assert abs(float(g(jnp.float64(z - eps)) - g(jnp.float64(z + eps)))) < 1e-5
+    out = net_checks()
+    values, slopes = out["relu_values"], out["relu_slopes"]
+    assert abs(values[1] - values[0]) < 1e-6 and abs(values[3] - values[2]) < 1e-6
+    assert abs(slopes[1] - slopes[0]) < 1e-5 and abs(slopes[3] - slopes[2]) < 1e-5
+    np.testing.assert_allclose(slopes, [0.0, 1e-6, 1 - 1e-6, 1.0], atol=1e-9)  # 0, z/d, 1
 
 
-def test_controller_vanishes_at_zero_and_is_spectrally_normalised(key):
-    for control_dim in (3, 1):
-        net = E.Controller(control_dim, hidden=(16, 16))
-        params = net.init(key, jnp.zeros(3))
-        np.testing.assert_array_equal(net.apply(params, jnp.zeros(3)), 0.0)
-        for layer in params["params"].values():
-            w = layer["kernel"] / jnp.linalg.svd(layer["kernel"], compute_uv=False)[0]
-            assert float(jnp.linalg.svd(w, compute_uv=False)[0]) <= 1 + 1e-6
-        # the normalised network is 1-Lipschitz (ReLU layers of norm 1) before the x product
-        x, y = jax.random.normal(key, (2, 3))
-        mlp = lambda z: net.apply(params, z, method=E.Controller.mlp)
-        assert float(jnp.linalg.norm(mlp(x) - mlp(y))) <= float(jnp.linalg.norm(x - y)) + 1e-9
+def test_controller_vanishes_at_zero_and_is_spectrally_normalised():
+    out = net_checks()
+    np.testing.assert_array_equal(out["u0"], 0.0)
+    # the layer's Jacobian is kernel^T / sigma_max(kernel): its spectral norm is exactly 1
+    kernel = out["layer_kernel"]
+    np.testing.assert_allclose(out["layer_jacobian"], kernel.T / np.linalg.svd(kernel)[1][0],
+                               rtol=1e-12)  # fmt: skip
+    assert np.linalg.svd(out["layer_jacobian"])[1][0] == pytest.approx(1.0, abs=1e-12)
+    # the normalised network is 1-Lipschitz (ReLU layers of norm 1) before the x product
+    assert np.all(out["mlp_gap"] <= out["pair_gap"] + 1e-9)
 
 
-def test_class_k_quadrature_and_slope(key):
-    net = E.ClassK()
-    params = net.init(key, jnp.float64(1.0))
-    alpha = lambda r: net.apply(params, r)
-    q = lambda r: net.apply(params, r, method=E.ClassK.slope)
-    assert float(alpha(jnp.float64(0.0))) == 0.0
-    grid = jnp.linspace(0.0, 10.0, 41)
-    values = jax.vmap(alpha)(grid)
-    assert bool(jnp.all(jnp.diff(values) > 0))
-    fine = jnp.linspace(0.0, 3.0, 200_001)
-    reference = jnp.trapezoid(jax.vmap(q)(fine), fine)
-    assert float(alpha(jnp.float64(3.0))) == pytest.approx(float(reference), rel=1e-6)
-    np.testing.assert_allclose(jax.grad(alpha)(jnp.float64(2.0)), q(jnp.float64(2.0)), rtol=1e-6)
+def test_class_k_quadrature_and_slope():
+    out = net_checks()
+    assert out["alpha0"] == 0.0
+    assert np.all(np.diff(out["alpha_grid"]) > 0)
+    assert out["alpha3"] == pytest.approx(float(out["trapezoid3"]), rel=1e-6)
+    np.testing.assert_allclose(out["alpha_grad2"], out["q2"], rtol=1e-6)
 
 
-def test_projection_enforces_the_decrease_condition(key):
-    system = E.lorenz()
-    ctrl_net, v_net = E.Controller(3), E.ICNNLyapunov()
-    k1, k2, k3 = jax.random.split(key, 3)
-    params = {"c": ctrl_net.init(k1, jnp.zeros(3)), "v": v_net.init(k2, jnp.zeros(3))}
-    controller = lambda p, x: ctrl_net.apply(p["c"], x)
-    lyapunov = lambda p, x: v_net.apply(p["v"], x)
-    projected = E.project(controller, lyapunov, system)
-    xs = jax.random.uniform(k3, (2000, 3), jnp.float64, -10, 10)
-    before = jax.jit(
-        jax.vmap(
-            lambda x: (
-                E.lie_derivative(system, controller, lyapunov)(params, x) + lyapunov(params, x)
-            )
-        )
-    )(xs)
-    after = jax.jit(
-        jax.vmap(
-            lambda x: E.lie_derivative(system, projected, lyapunov)(params, x) + lyapunov(params, x)
-        )
-    )(xs)
-    assert float((before > 0).mean()) > 0.1  # the raw controller violates it somewhere
-    vals = jax.jit(jax.vmap(lambda x: lyapunov(params, x)))(xs)
-    assert bool(jnp.all(after <= 1e-9 * (1 + jnp.abs(vals))))
+def test_projection_enforces_the_decrease_condition():
+    out = net_checks()
+    before, after = out["before"], out["after"]
+    assert (before > 0).mean() > 0.1  # the raw controller violates it somewhere
+    assert np.all(after <= 1e-9 * (1 + np.abs(out["V(xs)"])))
     # unchanged where the condition already holds; idempotent; finite at the origin
-    u = jax.jit(jax.vmap(lambda x: controller(params, x)))(xs)
-    pu = jax.jit(jax.vmap(lambda x: projected(params, x)))(xs)
-    np.testing.assert_allclose(pu[before <= 0], u[before <= 0], atol=1e-12)
-    twice = E.project(projected, lyapunov, system)
-    np.testing.assert_allclose(
-        jax.jit(jax.vmap(lambda x: twice(params, x)))(xs[:100]), pu[:100], rtol=1e-9, atol=1e-9
-    )
-    grads = jax.grad(lambda p: projected(p, jnp.zeros(3)).sum())(params)
-    assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))
+    np.testing.assert_allclose(out["pu"][before <= 0], out["u"][before <= 0], atol=1e-12)
+    np.testing.assert_allclose(out["ppu"], out["pu"][:100], rtol=1e-9, atol=1e-9)
+    assert np.all(np.isfinite(out["grad_at_0"]))
+
+
+# ------------------------------------------------------------------------- LQR, simulation
 
 
 def test_lqr_solves_the_riccati_equation():
     system = E.lorenz()
     Q, R = np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3)
     gains = E.lqr(system, Q, R)
-    A, B = (np.asarray(m) for m in system.linearization())
+    A, B = (np.asarray(m) for m in jax.jit(system.linearization)())
     np.testing.assert_allclose(A, [[-10, 10, 0], [28, -1, 0], [0, 0, -8 / 3]], atol=1e-12)
     S = gains.S
     residual = A.T @ S + S @ A - S @ B @ np.linalg.solve(R, B.T) @ S + Q
@@ -203,66 +277,123 @@ def test_lqr_etc_simulation_stabilises_with_positive_inter_event_times():
     system = E.lorenz()
     gains = E.lqr(system, np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3))
     event = E.lqr_event(system, gains, 0.1)  # 90% slack: few triggers
-    traj = E.simulate_etc(
-        system,
-        gains.controller,
-        event,
-        jnp.array([1.0, 2.0, 3.0]),
-        None,
-        2.0,
-        max_triggers=500,
-        n_grid=200,
-    )
+    x0 = np.array([1.0, 2.0, 3.0])
+    traj = jax.jit(
+        lambda x0: E.simulate_etc(
+            system, gains.controller, event, x0, None, 2.0, max_triggers=500, n_grid=200
+        )
+    )(x0)
     n = int(traj.n_triggers)
     times = np.asarray(traj.trigger_times[:n])
     assert 0 < n < 500 and np.all(np.diff(np.concatenate([[0.0], times])) > 0)
-    assert float(jnp.linalg.norm(traj.final_state)) < 1e-3
-    assert not bool(jnp.isnan(traj.states).any())
-    # between triggers x + e is held: the trajectory at trigger times matches the grid continuity
-    assert float(jnp.linalg.norm(traj.states[0] - jnp.array([1.0, 2.0, 3.0]))) < 1e-12
+    assert bool(traj.ok) and not bool(traj.diverged)
+    assert float(np.linalg.norm(traj.final_state)) < 1e-3
+    assert not np.isnan(np.asarray(traj.states)).any()
+    np.testing.assert_allclose(traj.states[0], x0, atol=1e-12)  # the grid starts at x0
+
+
+LINEAR_CAP = 8
+
+
+@functools.cache
+def linear_simulator():
+    """jit ``(x0 [1], k, horizon, escape_radius) -> ETCTrajectory`` of the linear loop above
+    (``u = -k x(t_k)``, at most 8 triggers, 101 grid points): one program for every linear run."""
+    system = linear_system(1.0)
+
+    def sim(x0, k, horizon, radius):
+        return E.simulate_etc(
+            system,
+            lambda p, x: -p * x,
+            linear_event,
+            x0,
+            k,
+            horizon,
+            max_triggers=LINEAR_CAP,
+            n_grid=101,
+            escape_radius=radius,
+        )
+
+    return jax.jit(sim)
+
+
+def linear_run(x0, k, horizon, radius=np.inf):
+    out = linear_simulator()(np.array([x0]), np.float64(k), np.float64(horizon), np.float64(radius))
+    return jax.tree_util.tree_map(np.asarray, out)
+
+
+def test_inter_event_times_respect_the_theorem_3_2_bound():
+    """x' = a x + u, u = -k x(t_k), h = c2 e^2 - c1 x^2: tau = log[(P+1)/(P + l_u/(1+l_u))]/l_f."""
+    a, k, c1, c2 = 1.0, 3.0, 1.0, 4.0
+    P, l_f, l_u = np.sqrt(c2 / c1), max(abs(a), 1.0), k
+    tau = np.log((P + 1) / (P + l_u / (1 + l_u))) / l_f
+    exact = linear_t1(k)  # every gap, by scale invariance
+    for x0 in (1.0, -3.0, 0.2):
+        traj = linear_run(x0, k, 1.0)
+        n = int(traj.n_triggers)
+        gaps = np.diff(np.concatenate([[0.0], traj.trigger_times[:n]]))
+        assert 5 <= n < LINEAR_CAP and np.all(gaps >= tau)
+        np.testing.assert_allclose(gaps, exact, rtol=1e-5)
 
 
 def test_simulation_holds_the_control_after_the_trigger_cap():
-    system = E.lorenz()
-    gains = E.lqr(system, np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3))
-    event = E.lqr_event(system, gains, 0.1)
-    x0 = jnp.array([1.0, 2.0, 3.0])
-    run = lambda cap: E.simulate_etc(
-        system, gains.controller, event, x0, None, 1.0, max_triggers=cap, n_grid=101
-    )
-    capped, free = run(3), run(500)
-    assert int(capped.n_triggers) == 3 and int(free.n_triggers) > 3 and bool(capped.ok)
-    assert not bool(jnp.isnan(capped.states).any())  # covers [0, horizon] despite the cap
-    t3 = float(capped.trigger_times[2])
-    before = np.asarray(capped.grid) <= t3
-    np.testing.assert_allclose(capped.states[before], free.states[before], atol=1e-6)
-    # after the cap the last sample is held: x + e stays at the third trigger state
-    assert not np.allclose(capped.states[~before], free.states[~before], atol=1e-6)
+    # k = 3 triggers every 0.154: 8 triggers by t = 1.23, then the 8th sample is held up to t = 2
+    traj = linear_run(1.0, 3.0, 2.0)
+    assert int(traj.n_triggers) == LINEAR_CAP and bool(traj.ok) and not bool(traj.diverged)
+    assert not np.isnan(traj.states).any()  # covers [0, horizon] despite the cap
+    # closed form on the whole grid: x(t) = x_i (3 - 2 e^{t - t_i}) from the last sample x_i at
+    # t_i (t_0 = 0, x_0 = 1), also after the cap, where x crosses 0 (a triggered run stays > 0)
+    t_i = np.concatenate([[0.0], traj.trigger_times])
+    x_i = np.concatenate([[1.0], traj.trigger_states[:, 0]])
+    grid = traj.grid
+    last = np.searchsorted(t_i, grid, side="right") - 1
+    want = x_i[last] * (3 - 2 * np.exp(grid - t_i[last]))
+    np.testing.assert_allclose(traj.states[:, 0], want, atol=1e-6)
+    np.testing.assert_allclose(x_i[1:], (2 / 3) ** np.arange(1, LINEAR_CAP + 1), rtol=1e-5)
+    assert traj.states[-1, 0] < 0 and traj.final_state[0] == pytest.approx(want[-1], abs=1e-6)
 
 
 def test_simulation_stops_when_the_state_escapes():
-    system = linear_system(1.0)
-    event = lambda y, p: 4.0 * y[1] ** 2 - y[0] ** 2  # fires when |e| = |x| / 2
-    sim = lambda radius: E.simulate_etc(
-        system, lambda p, x: p * x, event, jnp.array([1.0]), 1.0, 5.0, max_triggers=200,
-        n_grid=101, escape_radius=radius,
-    )  # fmt: skip
-    traj = sim(10.0)  # positive feedback: x grows like e^{2t}
+    # u = +x(t_k) (k = -1): x doubles between triggers, past the radius 10 at the 4th trigger
+    traj = linear_run(1.0, -1.0, 5.0, 10.0)
     assert bool(traj.diverged) and bool(traj.ok)
     n = int(traj.n_triggers)
     t_stop = float(traj.trigger_times[n - 1])
-    assert float(jnp.abs(traj.trigger_states[n - 1, 0])) > 10.0
-    assert float(jnp.abs(traj.trigger_states[n - 2, 0])) <= 10.0
-    grid = np.asarray(traj.grid)
-    assert not np.isnan(np.asarray(traj.states)[grid <= t_stop]).any()
-    assert np.isnan(np.asarray(traj.states)[grid > t_stop]).all()
-    assert not bool(sim(float("inf")).diverged)
+    assert abs(traj.trigger_states[n - 1, 0]) > 10.0
+    assert abs(traj.trigger_states[n - 2, 0]) <= 10.0
+    assert not np.isnan(traj.states[traj.grid <= t_stop]).any()
+    assert np.isnan(traj.states[traj.grid > t_stop]).all()
+    assert not bool(linear_run(1.0, -1.0, 5.0).diverged)
+
+
+def test_projected_controller_gives_exponential_decay():
+    """Theorem 4.1 in closed loop: V = |x|^2 / 2 and u = -x violate L V + V <= 0 at x0; the
+    projected controller with the PI event gives V(x(t)) <= V(x0) e^{-(1 - sigma) t}."""
+    system = E.lorenz()
+    lyap = lambda p, x: 0.5 * x @ x
+    raw = lambda p, x: -p * x
+    projected = E.project(raw, lyap, system)
+    sigma = 0.5
+    event = E.pi_event(system, projected, lyap, sigma)
+    x0 = np.array([3.0, 4.0, 5.0])
+
+    def run(x0):
+        traj = E.simulate_etc(system, projected, event, x0, 1.0, 0.5, max_triggers=300, n_grid=100)
+        lie = E.lie_derivative(system, raw, lyap)
+        return traj, jax.vmap(lambda x: lyap(1.0, x))(traj.states), lie(1.0, x0) + lyap(1.0, x0)
+
+    traj, values, raw_excess = jax.jit(run)(x0)
+    assert float(raw_excess) > 0  # the projection is active at the start
+    assert bool(traj.ok) and 0 < int(traj.n_triggers) < 300
+    bound = 0.5 * x0 @ x0 * np.exp(-(1 - sigma) * np.asarray(traj.grid)) * (1 + 1e-6)
+    assert np.all(np.asarray(values) <= bound)
 
 
 def test_grn_target_is_an_equilibrium():
     system = E.grn()
-    np.testing.assert_allclose(system.drift(jnp.zeros(2)), 0.0, atol=1e-12)
-    assert system.actuator(jnp.zeros(2)).shape == (2, 1)
+    drift, actuator = jax.jit(lambda z: (system.drift(z), system.actuator(z)))(np.zeros(2))
+    np.testing.assert_allclose(drift, 0.0, atol=1e-12)
+    assert actuator.shape == (2, 1)
 
 
 def test_bad_inputs_raise():
@@ -279,45 +410,95 @@ def test_bad_inputs_raise():
 
 # ----------------------------------------------------------------------------- training
 
+MC = ETCConfig(
+    method="mc", n_samples=64, lyapunov_hidden=(8, 1), controller_hidden=(8, 8), alpha_hidden=(4, 4)
+)  # fmt: skip  (the package example's learner)
+PI = ETCConfig(method="pi", n_samples=64, event_batch=2, event_weight=1.0,
+               lyapunov_hidden=(8, 1), controller_hidden=(8, 8))  # fmt: skip
+PI_SOLVER = E.ODESolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)  # finite differences
+PI_WARMUP = 100
+
+
+@functools.cache
+def mc_setup():
+    """The MC trainer with its jitted ``init`` and ``step`` (one compile per module)."""
+    trainer = make_trainer(E.lorenz(), MC)
+    return trainer, jax.jit(trainer.init), jax.jit(trainer.step)
+
+
+@functools.cache
+def pi_warm_state():
+    """The PI trainer (full IFT event-time gradient) and its state after the warm-up steps."""
+    trainer = make_trainer(E.lorenz(), PI, PI_SOLVER)
+    step = jax.jit(trainer.step)
+    state = jax.jit(trainer.init)(jax.random.key(1))
+    for _ in range(PI_WARMUP):
+        state, _ = step(state)
+    return trainer, state
+
 
 def test_mc_training_reduces_its_loss_and_keeps_alpha_class_k():
-    cfg = ETCConfig(
-        method="mc",
-        n_samples=256,
-        lyapunov_hidden=(16, 1),
-        controller_hidden=(16, 16),
-        alpha_hidden=(8, 8),
-    )
-    trainer = make_trainer(E.lorenz(), cfg)
-    state = trainer.init(jax.random.key(0))
-    final, metrics = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 60))(state)
-    assert float(metrics["loss"][-1]) < 0.2 * float(metrics["loss"][0])
-    alpha = lambda r: trainer.model.alpha(final.params, r)
-    assert float(alpha(jnp.float64(0.0))) == 0.0
-    assert bool(jnp.all(jnp.diff(jax.vmap(alpha)(jnp.linspace(0.0, 10.0, 21))) > 0))
+    trainer, init, step = mc_setup()
+    starts = [init(jax.random.key(0)), init(jax.random.key(7))]
+    # the hot step: new values of the same shapes do not compile it again
+    (state, first), _ = assert_compiles_once(step, [(s,) for s in starts], name="MC step")
+    losses = [float(first["loss"])]
+    for _ in range(59):
+        state, metrics = step(state)
+        losses.append(float(metrics["loss"]))
+    assert losses[-1] < 0.2 * losses[0]
+    alpha = lambda r: trainer.model.alpha(state.params, r)
+    at0, grid = jax.jit(
+        lambda: (alpha(jnp.zeros(())), jax.vmap(alpha)(jnp.linspace(0.0, 10.0, 21)))
+    )()
+    assert float(at0) == 0.0
+    assert np.all(np.diff(np.asarray(grid)) > 0)
 
 
-def test_pi_event_step_has_finite_gradients_and_uses_trigger_times():
-    cfg = ETCConfig(
-        method="pi",
-        n_samples=64,
-        event_batch=2,
-        lyapunov_hidden=(8, 1),
-        controller_hidden=(8, 8),
-        event_weight=0.05,
-        t_max=2.0,
-    )
-    trainer = make_trainer(E.lorenz(), cfg, E.ODESolverConfig(rtol=1e-5, atol=1e-5))
-    state = trainer.init(jax.random.key(1))
-    state, _ = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 30))(state)
-    new, metrics = jax.jit(trainer.event_step)(state)
-    assert np.isfinite(float(metrics["event"])) and float(metrics["event"]) > 0
-    assert int(new.step) == int(state.step) + 1
-    moved = jax.tree_util.tree_map(
-        lambda a, b: float(jnp.abs(a - b).max()), new.params, state.params
-    )
-    assert all(np.isfinite(v) for v in jax.tree_util.tree_leaves(moved))
-    assert max(jax.tree_util.tree_leaves(moved)) > 0
+def test_pi_event_step_gradient_matches_finite_differences():
+    """The PI event step's loss gradient (stability + event loss with IFT trigger-time
+    gradients) against central differences of its loss along a random direction.
+
+    The gradient is read from Adam's first moment: from a zero optimiser state one step sets
+    ``mu = (1 - b1) grad`` (optax.adam, b1 = 0.9). The three calls (params, params +- eps d) also
+    show that the hot step does not retrace on new values.
+    """
+    trainer, warm = pi_warm_state()
+    # float64 parameters (flax makes float32 ones): eps = 1e-6 shifts must not round away
+    to64 = lambda a: a.astype(jnp.float64) if jnp.issubdtype(a.dtype, jnp.floating) else a
+    warm = jax.tree_util.tree_map(to64, warm)
+    state = warm.replace(opt_state=jax.tree_util.tree_map(jnp.zeros_like, warm.opt_state))
+    leaves, treedef = jax.tree_util.tree_flatten(state.params)
+    rng = np.random.default_rng(2)
+    direction = [rng.normal(size=leaf.shape) for leaf in leaves]
+    eps = 1e-6
+
+    def shifted(s):
+        moved = [(p + s * d).astype(p.dtype) for p, d in zip(leaves, direction, strict=True)]
+        return state.replace(params=jax.tree_util.tree_unflatten(treedef, moved))
+
+    outs = assert_traces_once(trainer.event_step, [(state,), (shifted(eps),), (shifted(-eps),)],
+                              name="PI event step")  # fmt: skip
+    (new, m), (_, plus), (_, minus) = outs
+    # the step: one Adam step, finite moved parameters
+    assert int(new.step) == PI_WARMUP + 1
+    moved = [
+        np.abs(np.asarray(a) - np.asarray(b)).max()
+        for a, b in zip(jax.tree_util.tree_leaves(new.params), leaves, strict=True)
+    ]
+    assert np.all(np.isfinite(moved)) and max(moved) > 0
+    # trigger times: `fired` counts starts (of M = 2); unfired starts contribute 1 / t_max
+    fired = float(m["fired"]) * PI.event_batch
+    assert fired == round(fired) and fired >= 1  # the IFT part of the gradient is exercised
+    assert float(m["event"]) > 1 / PI.t_max
+    assert float(m["loss"]) == pytest.approx(float(m["stab"]) + PI.event_weight * float(m["event"]))
+    # the gradient, against central differences of the loss
+    grad = [np.asarray(g) / (1 - 0.9) for g in jax.tree_util.tree_leaves(new.opt_state[0].mu)]
+    along = sum(float(np.vdot(g, d)) for g, d in zip(grad, direction, strict=True))
+    fd = (float(plus["loss"]) - float(minus["loss"])) / (2 * eps)
+    fd_event = PI.event_weight * (float(plus["event"]) - float(minus["event"])) / (2 * eps)
+    assert abs(fd_event) > 0.1 * abs(fd)  # the event loss is a sizeable part of the derivative
+    assert along == pytest.approx(fd, rel=1e-4)
 
 
 def test_trainer_rejects_bad_config():
@@ -393,7 +574,7 @@ def test_run_schedule_runs_phases_in_order_and_skips_empty_ones():
 def test_run_schedule_equals_one_scan_and_nlc_uses_core_mlp():
     cfg = ETCConfig(method="nlc", n_samples=32, steps=6, controller_hidden=(8, 8), resample=True)
     trainer = make_trainer(E.lorenz(), cfg)
-    state = trainer.init(jax.random.key(5))
+    state = jax.jit(trainer.init)(jax.random.key(5))
     assert set(state.params["controller"]["params"]) == {"Dense_0", "Dense_1", "Dense_2"}
     final, metrics = E.run_schedule(trainer, state)  # chunks of 6 // 4 = 1 step
     want, want_metrics = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 6))(state)
@@ -406,46 +587,10 @@ def test_run_schedule_equals_one_scan_and_nlc_uses_core_mlp():
     assert int(final.step) == 6
 
 
-def test_neural_event_time_gradient_matches_finite_differences():
-    cfg = ETCConfig(method="pi", n_samples=64, lyapunov_hidden=(8, 1), controller_hidden=(8, 8))
-    trainer = make_trainer(E.lorenz(), cfg)
-    state = trainer.init(jax.random.key(1))
-    state, _ = jax.jit(lambda s: jax.lax.scan(trainer.step, s, None, 100))(state)
-    field = E.augmented_field(E.lorenz(), trainer.model.controller)
-    solver = E.ODESolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)
-    x0 = jnp.array([1.0, -2.0, 3.0])
-    t_of = jax.jit(
-        lambda p: E.first_trigger_time(field, trainer.model.event, x0, p, 5.0, solver)[0]
-    )
-    grad = jax.grad(t_of)(state.params)
-    leaves, treedef = jax.tree_util.tree_flatten(state.params)
-    keys = jax.random.split(jax.random.key(2), len(leaves))
-    direction = jax.tree_util.tree_unflatten(
-        treedef, [jax.random.normal(k, leaf.shape) for k, leaf in zip(keys, leaves, strict=True)]
-    )
-    along = sum(
-        float(jnp.vdot(g, d))
-        for g, d in zip(
-            jax.tree_util.tree_leaves(grad), jax.tree_util.tree_leaves(direction), strict=True
-        )
-    )
-    eps = 1e-6
-    shift = lambda s: jax.tree_util.tree_map(lambda p, d: p + s * d, state.params, direction)
-    fd = (float(t_of(shift(eps))) - float(t_of(shift(-eps)))) / (2 * eps)
-    assert along == pytest.approx(fd, rel=1e-4)
-
-
 def test_sharded_mc_loss_equals_unsharded(mesh):
-    cfg = ETCConfig(
-        method="mc",
-        n_samples=64,
-        lyapunov_hidden=(8, 1),
-        controller_hidden=(8, 8),
-        alpha_hidden=(4, 4),
-    )
-    trainer = make_trainer(E.lorenz(), cfg)
-    state = trainer.init(jax.random.key(4))
-    step = jax.jit(trainer.step)
+    cfg = MC
+    _, init, step = mc_setup()  # the MC training test's compiled step
+    state = init(jax.random.key(4))
     _, plain = step(state)
     sharded_state = state.replace(data=sharding.shard_batch(state.data, mesh))
     new, sharded = step(sharded_state)
@@ -460,47 +605,3 @@ def test_sharded_mc_loss_equals_unsharded(mesh):
     np.testing.assert_allclose(meshed["loss"], plain["loss"], rtol=1e-12)
     with pytest.raises(ValueError, match="n_samples"):
         make_trainer(E.lorenz(), dataclasses.replace(cfg, n_samples=63), mesh=mesh)
-
-
-def test_inter_event_times_respect_the_theorem_3_2_bound():
-    """x' = a x + u, u = -k x(t_k), h = c2 e^2 - c1 x^2: tau = log[(P+1)/(P + l_u/(1+l_u))]/l_f."""
-    a, k, c1, c2 = 1.0, 3.0, 1.0, 4.0
-    P, l_f, l_u = np.sqrt(c2 / c1), max(abs(a), 1.0), k
-    tau = np.log((P + 1) / (P + l_u / (1 + l_u))) / l_f
-    exact = np.log((k - a * P / (P + 1)) / (k - a)) / a  # every gap, by scale invariance
-    system = linear_system(a)
-    controller = lambda p, x: -k * x
-    event = lambda y, p: c2 * y[1] ** 2 - c1 * y[0] ** 2
-    simulate = jax.jit(
-        jax.vmap(
-            lambda x0: E.simulate_etc(
-                system, controller, event, x0, None, 1.0, max_triggers=20, n_grid=20
-            )
-        )
-    )
-    traj = simulate(jnp.array([[1.0], [-3.0], [0.2]]))
-    for i in range(3):
-        n = int(traj.n_triggers[i])
-        gaps = np.diff(np.concatenate([[0.0], np.asarray(traj.trigger_times[i, :n])]))
-        assert n >= 5 and np.all(gaps >= tau)
-        np.testing.assert_allclose(gaps, exact, rtol=1e-5)
-
-
-def test_projected_controller_gives_exponential_decay(key):
-    system = E.lorenz()
-    ctrl_net, v_net = E.Controller(3, (16, 16)), E.ICNNLyapunov((16, 1))
-    k1, k2 = jax.random.split(key)
-    params = {"c": ctrl_net.init(k1, jnp.zeros(3)), "v": v_net.init(k2, jnp.zeros(3))}
-    lyapunov = lambda p, x: v_net.apply(p["v"], x)
-    projected = E.project(lambda p, x: ctrl_net.apply(p["c"], x), lyapunov, system)
-    sigma = 0.5
-    event = E.pi_event(system, projected, lyapunov, sigma)
-    x0 = jnp.array([3.0, -4.0, 5.0])
-    traj = jax.jit(
-        lambda x: E.simulate_etc(
-            system, projected, event, x, params, 0.5, max_triggers=300, n_grid=100
-        )
-    )(x0)
-    values = jax.vmap(lambda x: lyapunov(params, x))(traj.states)
-    bound = lyapunov(params, x0) * jnp.exp(-(1 - sigma) * traj.grid) * (1 + 1e-6)
-    assert bool(jnp.all(values <= bound))

@@ -1,13 +1,16 @@
-"""Tiny end-to-end run of the auctions experiment: outputs exist, are finite, and are consistent."""
+"""Tiny end-to-end run of the auctions experiment: outputs exist and are tied to each other."""
 
 import dataclasses
 import json
 
 import numpy as np
+import pytest
 
 from experiments import auctions
 from experiments._runner import Experiment, run_experiment
 
+# Six trainings (UG and aBR at n = 2, 3 and on the asymmetric game), one bandwidth: every code
+# path of the experiment (bandwidth selection, the n sweep, a secondary game, every figure).
 TINY = dataclasses.replace(
     auctions.PRESETS["quick"],
     n_bidders=(2, 3),
@@ -18,7 +21,7 @@ TINY = dataclasses.replace(
     chunk_size=128,
     init_steps=10,
     eval_grid=200,
-    bandwidths=(0.05, 0.1),
+    bandwidths=(0.05,),
     secondary=("asymmetric_fp",),
 )
 
@@ -28,27 +31,53 @@ def test_tiny_auctions_run(tmp_path):
     exp = dataclasses.replace(exp, presets={"quick": TINY})
     run_experiment(exp, seed=5, out_dir=tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
-    assert metrics["seed"] == 5 and metrics["tol"] == 0.02
+    assert metrics["seed"] == 5 and metrics["tol"] == 0.02 and metrics["seeds"] == [5]
     for key in ("steps_to_tol", "final_l2", "seconds_per_step", "utility_loss"):
         assert set(metrics[key]) == {"ug", "abr"}
         assert set(metrics[key]["abr"]) == {"2", "3"}
+    details = metrics["details"]
     for method in ("ug", "abr"):
         for n in ("2", "3"):
-            detail = metrics["details"][method][n]
-            assert np.isfinite(detail["final_l2"]) and 0 < detail["final_l2"] < 1
-            assert detail["bandwidth"] in (0.05, 0.1)
-            assert len(detail["l2_curve"]) == 4
-            assert detail["final_l2"] == detail["l2_curve"][-1]
-            steps = detail["steps_to_tol"]
-            assert steps is None or (
-                steps % 10 == 0 and detail["l2_curve"][steps // 10 - 1] <= 0.02
-            )
+            detail = details[method][n]
+            curve = np.asarray(detail["l2_curve"])
+            assert curve.shape == (4,) and detail["final_l2"] == curve[-1]
+            assert metrics["final_l2"][method][n] == detail["final_l2"]
+            # one seed: steps_to_tol is the first logged step at or below tol, recomputed
+            assert detail["steps_to_tol"] == auctions.first_step_below(curve, 0.02, 10)
+            assert metrics["steps_to_tol"][method][n] == detail["steps_to_tol"]
+            # the selected bandwidth's summary is the one kept per bandwidth
+            assert detail["bandwidth"] == 0.05
+            kept = metrics["by_bandwidth"][method][n]["0.05"]
+            assert kept == {k: detail[k] for k in ("steps_to_tol", "final_l2", "utility_loss")}
+            # the whole-range RMS error is the RMS of the four value quarters' RMS errors (up to
+            # the grids' shared end points)
+            quarters = np.asarray(detail["final_l2_by_value_quarter"])
+            assert quarters.shape == (4,)
+            assert np.sqrt(np.mean(quarters**2)) == pytest.approx(detail["final_l2"], rel=0.01)
+            # 40 steps from a random network move it towards the BNE (seed 5: by 30-65%)
+            assert curve[-1] < 0.8 * curve[0]
+        # UG never takes the Newton step; aBR's gate opens after the warm-up (seed 5: 4-8%)
+        assert details["ug"][n]["abr_fraction_final"] == 0.0
+        assert details["abr"][n]["abr_fraction_final"] > 0.0
+        # aBR's first init_steps = log_every steps are UG steps from the same initial network
+        # (same key): the first logged L2 is UG's
+        assert details["abr"][n]["l2_curve"][0] == pytest.approx(
+            details["ug"][n]["l2_curve"][0], rel=1e-5
+        )
+    for method in ("ug", "abr"):
+        s2, s3 = details[method]["2"]["steps_to_tol"], details[method]["3"]["steps_to_tol"]
+        expected = None if s2 is None or s3 is None else s3 / s2
+        assert metrics["steps_ratio"][method] == expected
+    assert metrics["steps_ratio_n"] == [3, 2]
     secondary = metrics["secondary"]
     assert set(secondary) == {"asymmetric_fp"}
-    assert len(secondary["asymmetric_fp"]["abr"]["2"]["final_l2_per_type"]) == 2
+    for method in ("ug", "abr"):
+        asym = secondary["asymmetric_fp"][method]["2"]
+        assert len(asym["final_l2_per_type"]) == 2 and len(asym["utility_loss_per_type"]) == 2
     for name in ("report.md", "l2_curves.png", "bid_functions.png", "asymmetric_bids.png"):
         assert (tmp_path / name).exists(), name
-    assert "aBR" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "aBR" in report and "asymmetric_fp" in report
 
 
 def test_steps_helpers():

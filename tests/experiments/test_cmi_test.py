@@ -1,12 +1,17 @@
-"""Tiny end-to-end run of the cmi_test experiment: every study's metrics exist and are in range."""
+"""Tiny end-to-end run of the cmi_test experiment: every study's metrics exist and are tied to
+their p-values (rates recomputed, orderings the definitions guarantee)."""
 
 import dataclasses
 import json
 
+import jax
 import numpy as np
+import pytest
+from scipy import stats
 
 from experiments import cmi_test as E
 from experiments._runner import Experiment, run_experiment
+from jaxlab.stats import cmi_test as C
 
 TINY = dataclasses.replace(
     E.PRESETS["quick"],
@@ -31,20 +36,52 @@ TINY = dataclasses.replace(
 )
 
 
+def _is_rate(r, replicates):
+    """A rejection rate over ``replicates`` data sets: a count / replicates."""
+    count = r * replicates
+    return 0 <= count <= replicates and count == pytest.approx(round(count), abs=1e-9)
+
+
 def test_tiny_cmi_test_run(tmp_path):
+    seed = 3
     exp = dataclasses.replace(Experiment.from_module(E), presets={"quick": TINY})
-    run_experiment(exp, seed=3, out_dir=tmp_path)
+    run_experiment(exp, seed=seed, out_dir=tmp_path)
     m = json.loads((tmp_path / "metrics.json").read_text())
-    for test in ("cmi", "naive", "gcm"):
+    for test in C.TESTS:
         for nu in E.NUISANCES:
-            assert set(m["size"][test][nu]) == {"0.05", "0.10"}
+            size = m["size"][test][nu]
+            assert set(size) == {"0.05", "0.10"}
+            assert all(_is_rate(r, TINY.replicates) for r in size.values())
+            assert size["0.05"] <= size["0.10"]  # p < 0.05 implies p < 0.10
         assert set(m["power"][test]) == {"a1_sparse", "a1_dense", "a2_sparse", "a2_dense"}
+        assert all(_is_rate(r, TINY.replicates) for r in m["power"][test].values())
         assert len(m["power_vs_n"][test]) == 1
+        assert _is_rate(m["power_vs_n"][test][0], TINY.power_replicates)
+        for a in E.ALPHAS:
+            assert _is_rate(m["robust_detail"][test][a], TINY.robust_replicates)
+            assert _is_rate(m["gmmn"]["size"][test][a], TINY.gmmn_replicates)
+    for s, diff in m["cmi_minus_gcm"].items():
+        assert diff == m["power"]["cmi"][s] - m["power"]["gcm"][s]
     assert set(m["robust_size"]) == {"cmi", "naive"}
-    rates = [m["robust_size"]["cmi"], m["gmmn"]["size"]["cmi"]["0.05"]]
-    rates += [m["imaging"]["h0_reject_rate"], m["imaging"]["h1_reject_rate"]]
-    assert all(0.0 <= r <= 1.0 for r in rates)
-    assert 0.0 <= m["imaging"]["h0_ks_pvalue"] <= 1.0
-    assert np.all(np.isfinite(m["imaging"]["h1_pvalues"]))
+    assert m["robust_size"]["cmi"] == m["robust_detail"]["cmi"]["0.05"]
+    # the size metric is the rejection rate of the p-values the library gives on the same data:
+    # study 1's first job (h0, oracle nuisances) rerun through the public run_setting
+    h0 = E.run_setting(TINY, "h0", "oracle", jax.random.fold_in(jax.random.key(seed), 0))
+    for test in C.TESTS:
+        p = h0[test]["p"]
+        assert p.shape == (TINY.replicates,)
+        # p-values are bootstrap means: multiples of 1 / num_boot in [0, 1]
+        assert np.allclose(p * TINY.num_boot, np.round(p * TINY.num_boot), atol=1e-6)
+        for a in E.ALPHAS:
+            assert m["size"][test]["oracle"][a] == np.mean(p < float(a))
+    # imaging: the rates and KS p-values are those of the stored per-subset p-values
+    im = m["imaging"]
+    assert im["subsets"] == TINY.imaging_subsets and im["n"] == TINY.imaging_n
+    for arm in E.IMAGING_ARMS:
+        p = np.asarray(im[f"{arm}_pvalues"])
+        assert p.shape == (TINY.imaging_subsets,)
+        assert np.allclose(p * TINY.num_boot, np.round(p * TINY.num_boot), atol=1e-6)
+        assert im[f"{arm}_reject_rate"] == np.mean(p < 0.05)
+        assert im[f"{arm}_ks_pvalue"] == pytest.approx(stats.kstest(p, "uniform").pvalue)
     for name in ("report.md", "pvalues_h0.png", "power_vs_n.png"):
         assert (tmp_path / name).exists(), name

@@ -4,18 +4,24 @@ import dataclasses
 import json
 import math
 
+import jax
+import jax.numpy as jnp
+import pytest
+
 from experiments import gan_onestep
 from experiments._runner import Experiment, run_experiment
+from jaxlab.generative import gan_onestep as G
 
 TINY = dataclasses.replace(
     gan_onestep.PRESETS["quick"],
     channels=(8,),
     pretrain_steps=4,
     pretrain_batch=16,
-    teacher_steps=3,
+    teacher_steps=1,  # one Euler step; the Heun (diffrax) teacher runs in the local-minima study
     finetune_steps=4,
     batch=8,
-    kd_pairs=16,
+    r1_gamma=0.0,  # lazy R1 is the unit tests' (it only changes the value passed to the library)
+    kd_pairs=64,  # = n_eval: the KD pairs reuse the teacher compiled for the evaluation noise
     variants=("d2o", "d2o_f", "kd"),  # kd_gan and scratch_gan reuse these code paths
     curve_points=2,
     local_minima_k=(2,),
@@ -33,11 +39,23 @@ def test_tiny_gan_onestep_run(tmp_path):
     names = {"teacher", "onestep_pretrained", "d2o", "d2o_f", "kd"}
     assert set(m["fd"]) == names and all(math.isfinite(v) for v in m["fd"].values())
     assert set(m["hf_power_ratio"]) == names
+    # D2O-F's frozen fraction is the library's on the experiment's U-Net (shapes suffice)
+    net = G.UNet(G.UNetConfig(channels=TINY.channels, n_blocks=TINY.n_blocks, groups=4))
+    shapes = jax.eval_shape(net.init, jax.random.key(0), jnp.zeros((1, 8, 8, 1)), jnp.zeros(1))
+    assert m["frozen_fraction"] == pytest.approx(G.frozen_fraction(shapes, G.freeze_mask(shapes)))
     assert 0.5 < m["frozen_fraction"] < 1.0  # the default nets' 0.8-0.9 is a unit test
     assert m["images_seen"] == 4 * 8
-    assert set(m["fd_curve"]) == {"d2o", "d2o_f"} and len(m["fd_curve"]["d2o"]["fd"]) == 2
+    # the FD curve: 2 points at 2 and 4 steps of 8 images; its last point is the final score
+    assert set(m["fd_curve"]) == {"d2o", "d2o_f"}
+    for v in ("d2o", "d2o_f"):
+        assert m["fd_curve"][v]["images"] == [16, 32]
+        assert m["fd_curve"][v]["fd"][-1] == pytest.approx(m["fd"][v], rel=1e-6)
     lm = m["local_minima"]
     assert lm["k"] == [2] and len(lm["fd_teacher_student"]) == 1
-    assert m["ratios"]["kd_over_d2o"] > 0 and m["ratios"]["scratch_over_d2o"] is None
+    fd, r = m["fd"], m["ratios"]
+    assert r["kd_over_d2o"] == pytest.approx(fd["kd"] / fd["d2o"], rel=1e-12)
+    assert r["d2o_f_over_d2o"] == pytest.approx(fd["d2o_f"] / fd["d2o"], rel=1e-12)
+    assert r["d2o_over_teacher"] == pytest.approx(fd["d2o"] / fd["teacher"], rel=1e-12)
+    assert r["scratch_over_d2o"] is None
     for name in ("report.md", "samples.png", "fd_curve.png", "local_minima.png"):
         assert (tmp_path / name).exists(), name

@@ -1,12 +1,15 @@
-"""Tiny end-to-end run of the neural_etc experiment: every method's metrics exist and are sane."""
+"""Tiny end-to-end run of the neural_etc experiment: every method's metrics exist and agree with
+their per-state values, the counts and the library functions on the same inputs."""
 
 import dataclasses
 import json
 
+import jax
 import numpy as np
 
 from experiments import neural_etc
 from experiments._runner import Experiment, run_experiment
+from jaxlab.control import neural_etc as E
 
 TINY = dataclasses.replace(
     neural_etc.PRESETS["quick"],
@@ -25,20 +28,47 @@ TINY = dataclasses.replace(
     nlc_samples=64,
     n_violation_points=500,
 )
+SEED = 3
 
 
 def test_tiny_neural_etc_run(tmp_path):
     exp = dataclasses.replace(Experiment.from_module(neural_etc), presets={"quick": TINY})
-    run_experiment(exp, seed=3, out_dir=tmp_path)
+    run_experiment(exp, seed=SEED, out_dir=tmp_path)
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     for key in ("triggers", "min_inter_event", "temporal_mse", "train_seconds", "violation_rate"):
         assert set(metrics[key]) == set(neural_etc.METHODS), key
+        for name in neural_etc.METHODS:
+            assert metrics[key][name] == metrics["methods"][name][key], (key, name)
     for name, res in metrics["methods"].items():
-        assert 0 <= res["triggers"] <= 50, name
-        assert 0 <= res["violation_rate"] <= 1, name
-        assert res["min_inter_event"] is None or res["min_inter_event"] >= 0, name
-        assert isinstance(res["solver_ok"], bool), name
+        # the summaries are the per-state values reduced: mean count, smallest gap
+        per_state = res["triggers_per_state"]
+        assert len(per_state) == TINY.n_test_states, name
+        assert all(isinstance(n, int) and 0 <= n <= TINY.max_triggers for n in per_state), name
+        assert res["triggers"] == np.mean(per_state), name
+        gaps = res["min_inter_event_per_state"]
+        assert res["min_inter_event"] == min(gaps), name
+        for n, gap in zip(per_state, gaps, strict=True):  # no trigger: the horizon itself
+            assert 0 < gap < TINY.horizon if n > 0 else gap == TINY.horizon, name
+        # a rate over 500 points is a count / 500
+        count = res["violation_rate"] * TINY.n_violation_points
+        assert abs(count - round(count)) < 1e-3, name
+        assert res["solver_ok"] is True, name  # every tiny run's ODE solves and root finds succeed
+        assert res["diverged"] == 0, name
     assert metrics["violation_rate"]["etc_pi_projected"] == 0.0  # the projection's guarantee
-    assert np.isfinite(metrics["temporal_mse"]["lqr"]) and metrics["methods"]["lqr"]["solver_ok"]
+    # the LQR rows against the library on the same test state and violation points
+    with jax.enable_x64(True):
+        system = E.lorenz()
+        gains = E.lqr(system, np.diag([5.0, 10.0, 5.0]), 0.1 * np.eye(3))
+        points = jax.random.uniform(jax.random.key(SEED + 2000), (TINY.n_violation_points, 3),
+                                    np.float64, -system.domain, system.domain)  # fmt: skip
+        lie = E.lie_derivative(system, gains.controller, gains.lyapunov)
+        official = E.lie_derivative(system, lambda p, x: gains.K @ x, gains.lyapunov)
+        lie_values = jax.jit(jax.vmap(lambda x: (lie(None, x), official(None, x))))(points)
+    for name, values in zip(("lqr", "lqr_official"), lie_values, strict=True):
+        count = metrics["violation_rate"][name] * TINY.n_violation_points
+        assert round(count) == int(np.sum(np.asarray(values) > 0)), name
+    assert metrics["violation_rate"]["lqr_official"] > 0.5  # u = +K x: the official sign error
+    x0 = np.asarray(metrics["test_states"][0])
+    assert 0 <= metrics["temporal_mse"]["lqr"] < 0.1 * float(x0 @ x0)  # LQR-ETC decays
     for name in ("report.md", "trajectories.png", "inter_event_times.png"):
         assert (tmp_path / name).exists(), name

@@ -1,6 +1,7 @@
 """FedGWC's reward, interaction matrix, convergence statistic, affinity and model selection."""
 
 import dataclasses
+import functools
 import math
 
 import jax
@@ -9,51 +10,60 @@ import numpy as np
 import pytest
 from sklearn.metrics import adjusted_rand_score
 
-from jaxlab.core.nn import MLP
 from jaxlab.federated import fedgwc as F
+from tests.federated.fedgwc_common import CFG, GWC, NET, K, count_traces, gwc, problem
+from tests.helpers import assert_traces_once
+
+# One jit per module function (each test reuses the compiled program of its shapes).
+_REWARDS = jax.jit(F.gaussian_rewards)
+_UPDATE = jax.jit(F.update_interaction)
+_AFFINITY = jax.jit(F.affinity)
+_FEDAVG = jax.jit(F.fedavg)
 
 
 def test_reward_closed_form_for_one_outlier():
     m, a, b = 10, 0.7, 1.9
-    losses = jnp.full((m, 1), a).at[3, 0].set(b)
-    r = F.gaussian_rewards(losses, jnp.ones(m), jnp.ones(m, bool))
+    losses = np.full((m, 1), a, np.float32)
+    losses[3, 0] = b
+    r = np.asarray(_REWARDS(losses, np.ones(m, np.float32), np.ones(m, bool)))
     np.testing.assert_allclose(r[3], math.exp(-(m - 1) / 2), rtol=1e-4)
-    inliers = np.delete(np.asarray(r), 3)
+    inliers = np.delete(r, 3)
     np.testing.assert_allclose(inliers, math.exp(-1 / (2 * (m - 1))), rtol=1e-5)
     # identical losses: every reward ~1 despite float32 rounding of the mean (the relative floor)
-    same = F.gaussian_rewards(jnp.full((m, 7), 2.3), jnp.arange(1.0, m + 1), jnp.ones(m, bool))
+    same = _REWARDS(np.full((m, 7), 2.3, np.float32), np.arange(1.0, m + 1, dtype=np.float32),
+                    np.ones(m, bool))  # fmt: skip
     np.testing.assert_allclose(same, 1.0, atol=1e-3)
 
 
 def test_reward_invariances_and_weighted_moments(key):
     k1, k2 = jax.random.split(key)
-    losses = jax.random.uniform(k1, (6, 5), minval=0.5, maxval=2.5)
-    n = jax.random.randint(k2, (6,), 10, 100).astype(jnp.float32)
-    mask = jnp.ones(6, bool)
-    r = F.gaussian_rewards(losses, n, mask)
-    mu = np.average(np.asarray(losses), axis=0, weights=np.asarray(n))
-    var = np.average((np.asarray(losses) - mu) ** 2, axis=0, weights=np.asarray(n))
-    ref = np.exp(-((np.asarray(losses) - mu) ** 2) / (2 * var)).mean(1)
+    losses = np.asarray(jax.random.uniform(k1, (6, 5), minval=0.5, maxval=2.5))
+    n = np.asarray(jax.random.randint(k2, (6,), 10, 100)).astype(np.float32)
+    mask = np.ones(6, bool)
+    r = np.asarray(_REWARDS(losses, n, mask))
+    mu = np.average(losses, axis=0, weights=n)
+    var = np.average((losses - mu) ** 2, axis=0, weights=n)
+    ref = np.exp(-((losses - mu) ** 2) / (2 * var)).mean(1)
     np.testing.assert_allclose(r, ref, rtol=1e-4)
-    np.testing.assert_allclose(F.gaussian_rewards(-3.0 * losses + 5.0, n, mask), r, rtol=1e-4)
-    perm = jnp.array([4, 2, 0, 5, 1, 3])
-    np.testing.assert_allclose(F.gaussian_rewards(losses[perm], n[perm], mask), r[perm], rtol=1e-6)
+    np.testing.assert_allclose(_REWARDS(-3.0 * losses + 5.0, n, mask), r, rtol=1e-4)
+    perm = np.array([4, 2, 0, 5, 1, 3])
+    np.testing.assert_allclose(_REWARDS(losses[perm], n[perm], mask), r[perm], rtol=1e-6)
     # a padding slot changes nothing for the real ones and gets reward 0
-    pad = F.gaussian_rewards(jnp.concatenate([losses, jnp.full((1, 5), 99.0)]),
-                             jnp.concatenate([n, jnp.ones(1)]),
-                             jnp.concatenate([mask, jnp.zeros(1, bool)]))  # fmt: skip
+    pad = _REWARDS(np.concatenate([losses, np.full((1, 5), 99.0, np.float32)]),
+                   np.concatenate([n, np.ones(1, np.float32)]),
+                   np.concatenate([mask, np.zeros(1, bool)]))  # fmt: skip
     np.testing.assert_allclose(pad[:6], r, rtol=1e-6)
     assert pad[6] == 0.0
 
 
 def test_interaction_update_block_and_fixed_point():
     k, alpha = 12, 0.25
-    r0 = jnp.full((k, k), 1.0 / k**2)
-    idx = jnp.array([1, 4, 7, 9, 9])  # the last slot is padding repeating an index
-    mask = jnp.array([True, True, True, True, False])
-    rewards = jnp.array([0.9, 0.2, 0.6, 0.3, 0.0])
-    r1, sse = F.update_interaction(r0, idx, mask, rewards, alpha)
-    changed = np.asarray(r1 != r0)
+    r0 = np.full((k, k), 1.0 / k**2, np.float32)
+    idx = np.array([1, 4, 7, 9, 9])  # the last slot is padding repeating an index
+    mask = np.array([True, True, True, True, False])
+    rewards = np.array([0.9, 0.2, 0.6, 0.3, 0.0], np.float32)
+    r1, sse = _UPDATE(r0, idx, mask, rewards, alpha)
+    changed = np.asarray(r1) != r0
     expected = np.zeros((k, k), bool)
     expected[np.ix_([1, 4, 7, 9], [1, 4, 7, 9])] = True
     np.testing.assert_array_equal(changed, expected)
@@ -63,7 +73,7 @@ def test_interaction_update_block_and_fixed_point():
     share = np.array([0.9, 0.2, 0.6, 0.3]) / 2.0
     r = r0
     for _ in range(20):  # constant rewards: R -> r_i / sum r geometrically with factor (1 - alpha)
-        r, _ = F.update_interaction(r, idx, mask, rewards, alpha)
+        r, _ = _UPDATE(r, idx, mask, rewards, alpha)
     gap0 = share[:, None] - 1.0 / k**2
     got = np.asarray(r)[np.ix_([1, 4, 7, 9], [1, 4, 7, 9])]
     want = np.broadcast_to(gap0 * (1 - alpha) ** 20, got.shape)
@@ -100,15 +110,15 @@ def _affinity_loop(r, gamma):
 
 
 def test_affinity_equals_the_double_loop(key):
-    r = jax.random.uniform(key, (13, 13))
-    for gamma in (0.1, 4.0):
-        a = F.affinity(r, gamma)
+    r = np.asarray(jax.random.uniform(key, (13, 13)))
+    for gamma in (0.1, 4.0):  # gamma traced: one program
+        a = _AFFINITY(r, gamma)
         np.testing.assert_allclose(a, _affinity_loop(r, gamma), atol=1e-5)
-    a = np.asarray(F.affinity(r, 0.1))
+    a = np.asarray(_AFFINITY(r, 0.1))
     assert np.allclose(a, a.T, atol=1e-6) and np.all(np.diag(a) == 0)
     off = a[~np.eye(13, dtype=bool)]
     assert np.all((off > 0) & (off <= 1))
-    np.testing.assert_allclose(F.affinity(r, 1e-9), 1 - np.eye(13), atol=1e-6)
+    np.testing.assert_allclose(_AFFINITY(r, 1e-9), 1 - np.eye(13), atol=1e-6)
 
 
 def test_model_selection_finds_blocks_and_refuses_noise():
@@ -131,36 +141,29 @@ def test_model_selection_finds_blocks_and_refuses_noise():
 
 # ---- rounds --------------------------------------------------------------------------------------
 
-CFG = F.LocalConfig(steps=3, batch_size=4, lr=0.1)
+# NET, CFG, K and problem(key) (K clients) are shared with test_fedgwc_baselines.py.
+_ROUND = jax.jit(F.federated_round, static_argnums=(0, 6, 7))
+_LOCAL = jax.jit(F.local_train, static_argnums=(0, 7))
 
 
-def _problem(key, k=6, n=8, d=5):
-    kx, ky, kc, kp = jax.random.split(key, 4)
-    data = F.ClientData(
-        x=jax.random.normal(kx, (k, n, d)),
-        y=jax.random.randint(ky, (k, n), 0, 3),
-        count=jax.random.randint(kc, (k,), 4, n + 1),
-        noise=jnp.linspace(0.0, 1.0, k),
-    )
-    net = MLP((7, 3))  # d -> 7 -> 3, ReLU
-    return net, net.init(kp, jnp.zeros((1, d))), data.check(CFG.batch_size)
+def _host(tree):
+    return jax.tree_util.tree_map(np.asarray, jax.device_get(tree))
 
 
 def test_vmapped_round_equals_a_per_client_loop(key):
-    net, params, data = _problem(key)
-    idx, mask = jnp.array([4, 1, 3, 0]), jnp.array([True, True, True, False])
+    params, data = problem(key)
+    idx, mask = np.array([4, 1, 3, 0]), np.array([True, True, True, False])
     k_round = jax.random.key(5)
-    new, local, losses = jax.jit(F.federated_round, static_argnums=(0, 6))(
-        net.apply, params, data, idx, mask, k_round, CFG
-    )
+    new, local, losses = _ROUND(NET.apply, params, data, idx, mask, k_round, CFG, None)
     keys = jax.random.split(k_round, 4)
-    loop = [F.local_train(net.apply, params, data.x[i], data.y[i], data.count[i], data.noise[i],
-                          keys[s], CFG) for s, i in enumerate(idx)]  # fmt: skip
+    x, y, count, noise = _host((data.x, data.y, data.count, data.noise))
+    loop = [_host(_LOCAL(NET.apply, params, x[i], y[i], count[i], noise[i], keys[s], CFG))
+            for s, i in enumerate(idx)]  # fmt: skip
     for s in range(4):
         jax.tree_util.tree_map(lambda a, b, s=s: np.testing.assert_allclose(a[s], b, atol=1e-6),
                                local, loop[s][0])  # fmt: skip
         np.testing.assert_allclose(losses[s], loop[s][1], atol=1e-6)
-    w = np.asarray(data.count)[np.asarray(idx)[:3]].astype(float)
+    w = count[idx[:3]].astype(float)
 
     def weighted(*a):
         return sum(wi * ai for wi, ai in zip(w, a, strict=True)) / w.sum()
@@ -170,28 +173,27 @@ def test_vmapped_round_equals_a_per_client_loop(key):
 
 
 def test_fedavg_identities(key):
-    net, params, _ = _problem(key)
-    stack = jax.tree_util.tree_map(lambda a: jnp.stack([a, 2 * a, -a]), params)
-    w = jnp.array([1.0, 3.0, 2.0])
-    got = F.fedavg(stack, w)
+    params = _host(problem(key)[0])
+    stack = jax.tree_util.tree_map(lambda a: np.stack([a, 2 * a, -a]), params)
+    w = np.array([1.0, 3.0, 2.0], np.float32)
+    got = _FEDAVG(stack, w)
     jax.tree_util.tree_map(lambda g, a: np.testing.assert_allclose(g, a * 5 / 6, rtol=1e-6),
                            got, params)  # fmt: skip
-    perm = jnp.array([2, 0, 1])
-    swapped = F.fedavg(jax.tree_util.tree_map(lambda a: a[perm], stack), w[perm])
+    perm = np.array([2, 0, 1])
+    swapped = _FEDAVG(jax.tree_util.tree_map(lambda a: a[perm], stack), w[perm])
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-7), got, swapped)
-    same = jax.tree_util.tree_map(lambda a: jnp.stack([a, a, a]), params)  # identical clients
+    same = jax.tree_util.tree_map(lambda a: np.stack([a, a, a]), params)  # identical clients
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6),
-                           F.fedavg(same, w), params)  # fmt: skip
-    one = F.fedavg(jax.tree_util.tree_map(lambda a: a[:1], stack), jnp.ones(1))
+                           _FEDAVG(same, w), params)  # fmt: skip
+    one = _FEDAVG(jax.tree_util.tree_map(lambda a: a[:1], stack), np.ones(1, np.float32))
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b), one, params)
 
 
 def test_sharded_round_equals_unsharded(mesh, key):
-    net, params, data = _problem(key)
-    idx, mask = jnp.array([5, 2, 0, 3]), jnp.ones(4, bool)
-    run = jax.jit(F.federated_round, static_argnums=(0, 6, 7))
-    a = run(net.apply, params, data, idx, mask, jax.random.key(1), CFG, None)
-    b = run(net.apply, params, data, idx, mask, jax.random.key(1), CFG, mesh)
+    params, data = problem(key)
+    idx, mask = np.array([5, 2, 0, 3]), np.ones(4, bool)
+    a = _ROUND(NET.apply, params, data, idx, mask, jax.random.key(1), CFG, None)
+    b = _ROUND(NET.apply, params, data, idx, mask, jax.random.key(1), CFG, mesh)
     jax.tree_util.tree_map(lambda u, v: np.testing.assert_allclose(u, v, atol=1e-6), a, b)
     assert len(b[2].sharding.device_set) == 4
 
@@ -203,7 +205,7 @@ def test_sampling_and_data_errors(key):
     assert sorted(real) == [2, 5, 11, 17] and mask.sum() == 4
     idx, mask = F.sample_clients(key, jnp.ones(20, bool), 6)
     assert mask.all() and len(set(np.asarray(idx))) == 6
-    _, _, data = _problem(key)
+    _, data = problem(key)
     with pytest.raises(ValueError, match="no data"):
         data.replace(count=data.count.at[2].set(0)).check(4)
     with pytest.raises(ValueError, match="batch_size"):
@@ -213,35 +215,49 @@ def test_sampling_and_data_errors(key):
 
 
 # ---- FedGWC state ----------------------------------------------------------------------------
+# gwc() = (params, data, fed) under GWC (K = 20, m = 4, eps = 1), shared with the baselines' tests.
 
 
-def _gwc_problem(key, k=20):
-    net, params, data = _problem(key, k=k)
-    cfg = F.FedGWCConfig(participation=0.2, local=CFG, eps=1.0, max_clusters=4)
-    return net, params, data, cfg
+@functools.cache
+def _module_rounds():
+    """The module-level ``run_rounds`` (key as an argument, a 50-round chunk) from ``F.init``,
+    shown to trace once for two starts with new values; returns the first run's output."""
+    params, data, _ = gwc()
+    other = jax.tree_util.tree_map(lambda a: a + np.float32(0.1), _host(params))
+
+    def run_rounds(state, key, data):
+        return F.run_rounds(state, key, 50, NET.apply, data, GWC)
+
+    calls = [(F.init(params, K, GWC), jax.random.key(0), data),
+             (F.init(other, K, GWC), jax.random.key(1), data)]  # fmt: skip
+    first, second = assert_traces_once(run_rounds, calls)
+    assert not np.array_equal(first[0].r, second[0].r)  # the second start really ran
+    return first
 
 
-def test_rounds_stop_at_the_trigger_and_count_updates(key):
-    net, params, data, cfg = _gwc_problem(key)
-    state = F.init(params, 20, cfg)
-    assert int(state.target[0]) == 5 and bool(state.splittable[0])  # m = 4
-    run = jax.jit(F.run_rounds, static_argnums=(2, 3, 5))
+def test_rounds_stop_at_the_trigger_and_count_updates():
+    params, _, _ = gwc()
+    start = F.init(params, K, GWC)
+    assert int(start.target[0]) == 5 and bool(start.splittable[0])  # m = 4
     # eps = 1: mse = 0.8 + ... < 1 after the first round, so patience reaches 5 at round 5
-    state, losses = run(state, jax.random.key(0), 50, net.apply, data, cfg)
+    state, losses = _module_rounds()
     assert int(state.rounds) == 5 and int(state.client_updates) == 20
     assert np.all(np.isfinite(losses[:5])) and np.all(np.isnan(losses[5:]))
     assert bool(F.triggered(state)[0])
-    # only pairs sampled together changed; the diagonal of R moved for every sampled client
-    assert np.sum(np.asarray(state.r) != 1.0 / 400) > 0
-    inactive = jax.tree_util.tree_map(lambda a: a[1:], state.params)
-    first = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (3,) + a.shape), params)
+    # only pairs sampled together changed (a symmetric pattern), and the diagonal of R moved for
+    # every sampled client: between 4 (the same 4 every round) and 5 x 4 of them
+    changed = np.asarray(state.r) != np.float32(1.0 / 400)
+    np.testing.assert_array_equal(changed, changed.T)
+    np.testing.assert_array_equal(np.diag(changed), changed.any(axis=1))
+    assert 4 <= np.diag(changed).sum() <= 20
+    inactive = jax.tree_util.tree_map(lambda a: a[1:], _host(state.params))
+    first = jax.tree_util.tree_map(lambda a: np.broadcast_to(a, (3,) + a.shape), _host(params))
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_array_equal(a, b), inactive, first)
 
 
 def test_split_children_inherit_parameters_and_blocks(key):
-    net, params, data, cfg = _gwc_problem(key)
-    state = F.init(params, 20, cfg)
-    state, _ = jax.jit(F.round_step, static_argnums=(2, 4))(state, key, net.apply, data, cfg)
+    params, _, fed = gwc()
+    state, _ = fed.step(fed.init(key, params))  # the program test_factory_... also runs
     truth = np.array([0] * 12 + [1] * 8)
     rng = np.random.default_rng(0)
     # an interaction matrix whose transpose has two clear row groups
@@ -249,68 +265,66 @@ def test_split_children_inherit_parameters_and_blocks(key):
     state = state.replace(r=jnp.asarray(r, jnp.float32),
                           conv=F.ConvergenceState(state.conv.mse, state.target))  # fmt: skip
     before = state
-    state, records = F.try_split(state, cfg)
+    state, records = F.try_split(state, GWC)
     assert records[0]["split_sizes"] and sorted(records[0]["split_sizes"]) == [8, 12]
     labels = np.asarray(state.labels)
     assert adjusted_rand_score(truth, labels) == 1.0
     assert set(labels) == set(np.flatnonzero(np.asarray(state.active)))  # one cluster each
+    new_params, old_params = _host(state.params), _host(before.params)
     for slot in set(labels):
-        jax.tree_util.tree_map(
-            lambda a, b, s=slot: np.testing.assert_array_equal(a[s], b[0]),
-            state.params,
-            before.params,
-        )
+        jax.tree_util.tree_map(lambda a, b, s=slot: np.testing.assert_array_equal(a[s], b[0]),
+                               new_params, old_params)  # fmt: skip
         size = int(np.sum(labels == slot))
         assert int(state.target[slot]) == round(size / 4) and bool(state.splittable[slot])
         assert float(state.conv.mse[slot]) == 1.0 and int(state.conv.patience[slot]) == 0
     np.testing.assert_array_equal(state.r, before.r)  # children read their sub-blocks of R
     # a flat block does not split: the wait restarts
-    flat = before.replace(r=jnp.full((20, 20), 0.5) + 0.001 * jnp.asarray(rng.random((20, 20))))
-    state, records = F.try_split(flat, cfg)
+    flat_r = np.full((20, 20), 0.5) + 0.001 * rng.random((20, 20))
+    state, records = F.try_split(before.replace(r=jnp.asarray(flat_r, jnp.float32)), GWC)
     assert records[0]["split_sizes"] == [] and int(state.active.sum()) == 1
     assert float(state.conv.mse[0]) == 1.0 and int(state.conv.patience[0]) == 0
 
 
-def test_factory_rounds_equal_the_module_rounds_and_chunks_agree(key):
-    net, params, data, cfg = _gwc_problem(key)
-    module = F.init(params, 20, cfg)
-    run = jax.jit(F.run_rounds, static_argnums=(2, 3, 5))
-    want, want_losses = run(module, jax.random.key(0), 50, net.apply, data, cfg)
-    fed = F.make_fedgwc(cfg, net.apply, data)
+def test_factory_rounds_equal_the_module_rounds_and_chunks_agree():
+    params, _, fed = gwc()
+    want, want_losses = _module_rounds()
     assert (fed.num_clients, fed.clients_per_round) == (20, 4)
     state = fed.init(jax.random.key(0), params)
-    got, losses = fed.run_rounds(state, 50, until=50)  # until traced: one compile for all below
+    got, losses = fed.run_rounds(state, 50, until=50)
+    # the factory's chunk does not trace again: `until` and the state are traced arguments
+    with count_traces("run_rounds") as traces:
+        # rounds 0-1 then 2-4 (the key lives in the state: round t uses fold_in(key, t))
+        half, _ = fed.run_rounds(state, 50, until=2)
+        rest, _ = fed.run_rounds(half, 50, until=50)
+        first, _ = fed.run_rounds(state, 50, until=1)
+    assert traces == [], f"the factory's run_rounds traced {len(traces)} more times"
     np.testing.assert_array_equal(losses, want_losses)
     leaves = zip(jax.tree_util.tree_leaves(got.replace(key=None)), jax.tree_util.tree_leaves(want),
                  strict=True)  # fmt: skip
     for a, b in leaves:
         np.testing.assert_array_equal(a, b)
     assert jax.random.key_data(got.key).tolist() == jax.random.key_data(state.key).tolist()
-    # rounds 0-1 then 2-4 (the key lives in the state: round t uses fold_in(key, t)) == one run
-    half, _ = fed.run_rounds(state, 50, until=2)
-    assert int(half.rounds) == 2
-    rest, _ = fed.run_rounds(half, 50, until=50)
-    np.testing.assert_array_equal(rest.r, got.r)
+    assert int(half.rounds) == 2 and int(first.rounds) == 1
+    np.testing.assert_array_equal(rest.r, got.r)  # == one run
     np.testing.assert_array_equal(rest.params["params"]["Dense_0"]["kernel"],
                                   got.params["params"]["Dense_0"]["kernel"])  # fmt: skip
     # one step == one round of the scan
     one, metrics = fed.step(state)
     assert set(metrics) == {"loss"} and int(one.rounds) == 1
     np.testing.assert_allclose(metrics["loss"], want_losses[0], rtol=1e-6)
-    np.testing.assert_allclose(one.r, fed.run_rounds(state, 50, until=1)[0].r, atol=1e-7)
+    np.testing.assert_allclose(one.r, first.r, atol=1e-7)
 
 
 def test_factory_boundary_errors(key):
-    net, params, data, cfg = _gwc_problem(key)
-    fed = F.make_fedgwc(cfg, net.apply, data)
+    params, data, fed = gwc()
     with pytest.raises(ValueError, match="`config` must be a FedGWCConfig"):
-        F.make_fedgwc(CFG, net.apply, data)
+        F.make_fedgwc(CFG, NET.apply, data)
     with pytest.raises(ValueError, match="`data` must be a ClientData"):
-        F.make_ifca(cfg, net.apply, (data.x, data.y))
+        F.make_ifca(GWC, NET.apply, (data.x, data.y))
     with pytest.raises(ValueError, match="batch_size"):
-        F.make_fedgwc(cfg, net.apply, data.replace(count=data.count.at[0].set(2)))
+        F.make_fedgwc(GWC, NET.apply, data.replace(count=data.count.at[0].set(2)))
     with pytest.raises(ValueError, match="no key"):
-        fed.run_rounds(F.init(params, 20, cfg), 5)
+        fed.run_rounds(F.init(params, 20, GWC), 5)
     with pytest.raises(ValueError, match="`max_rounds`"):
         fed.run_rounds(fed.init(key, params), 0)
     with pytest.raises(ValueError, match="`labels` must have shape"):

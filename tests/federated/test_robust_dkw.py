@@ -13,10 +13,15 @@ from scipy import integrate, stats
 from benchmarks import dkw_bounds as bench
 from jaxlab.core.data import digits_split
 from jaxlab.federated import robust_dkw as R
+from jaxlab.federated.robust_dkw import dkw as D
+from jaxlab.federated.robust_dkw import fdiv as F
+from jaxlab.federated.robust_dkw import wasserstein as W
+from tests.helpers import assert_compiles_once
 
 
-def test_dkw_band_terms_and_shape(key):
-    r = jax.random.uniform(key, (500,))
+def test_dkw_band_terms_and_shape():
+    rng = np.random.default_rng(0)
+    r = jnp.asarray(rng.uniform(size=500), jnp.float32)
     lam = jnp.linspace(-0.1, 1.1, 97)
     band = R.dkw_band(r, lam, n_min=200, delta=0.05)
     # eps_K and t by hand (delta split 0.025 / 0.025); the spec's eps_K ~ 0.066 at K = 500
@@ -34,46 +39,62 @@ def test_dkw_band_terms_and_shape(key):
     assert np.all(tight.lower <= lower) and np.all(tight.upper >= upper)
     control = R.dkw_band(r, lam, 200, 0.05, client_term=False)
     assert control.t == 0 and np.all(control.upper <= upper)
+    # the band's program: new risks, n_min and delta of the same shapes do not retrace
+    r2 = jnp.asarray(rng.uniform(size=500), jnp.float32)
+    assert_compiles_once(D._band, [(r, lam, 200, 0.05, True), (r2, lam, 300, 0.01, True)])
 
 
 def test_bucket_counts_equal_brute_force_with_ties():
     r = jnp.array([0.3, 0.1, 0.5, 0.3, 0.0, 1.0, 0.3])
     x = jnp.array([0.3, -1.0, 0.31, 0.0, 1.0, 0.3, 0.05])  # unsorted, repeated, on the values
-    for strict in (False, True):
-        brute = (r[None, :] < x[:, None]) if strict else (r[None, :] <= x[:, None])
-        np.testing.assert_array_equal(R.count_below(r, x, strict=strict), brute.sum(-1))
-    np.testing.assert_array_equal(R.tail_fraction(r, x), (r[None, :] >= x[:, None]).mean(-1))
+    counts = jax.jit(lambda r, x: (R.count_below(r, x), R.count_below(r, x, strict=True),
+                                   R.tail_fraction(r, x)))  # fmt: skip
+    below, strictly_below, tail = counts(r, x)
+    r, x = np.asarray(r), np.asarray(x)
+    np.testing.assert_array_equal(below, (r[None, :] <= x[:, None]).sum(-1))
+    np.testing.assert_array_equal(strictly_below, (r[None, :] < x[:, None]).sum(-1))
+    above = (r[None, :] >= x[:, None]).sum(-1)
+    np.testing.assert_allclose(tail, above / len(r), rtol=2e-7)  # k / 7 within a float32 ulp
 
 
 def test_quantile_and_average_intervals():
     r = jnp.arange(1, 101) / 100.0  # F_hat(x) = floor(100 x) / 100
-    lo, hi = R.quantile_interval(r, 0.5, n_min=10**8, delta=0.05)
+    lo, hi = jax.jit(lambda r: R.quantile_interval(r, 0.5, n_min=10**8, delta=0.05))(r)
     eps = float(R.dkw_epsilon(100, 0.025))
     t = float(R.hoeffding_shift(10**8, 100, 0.025))
     np.testing.assert_allclose(lo, math.ceil((0.5 - eps) * 100) / 100 - t, atol=1e-6)
     np.testing.assert_allclose(hi, math.ceil((0.5 + eps) * 100) / 100 + t, atol=1e-6)
-    lo, hi = R.average_loss_interval(r, n_min=100, delta=0.05)
+    lo, hi = jax.jit(lambda r: R.average_loss_interval(r, n_min=100, delta=0.05))(r)
     w = float(R.hoeffding_shift(100, 100, 0.025)) + math.sqrt(math.log(4 / 0.05) / 200)
     np.testing.assert_allclose([lo, hi], [0.505 - w, 0.505 + w], atol=1e-6)
 
 
 def test_population_closed_forms_reproduced_by_the_reduction():
+    @jax.jit
+    def forms(p, eps, caps, slack):
+        out = {}
+        for div, closed in (("chi2", R.chi2_worst_tail), ("kl", R.kl_worst_tail)):
+            out[div] = (
+                R.population_worst_tail(p, eps, div),
+                closed(p, eps),
+                p * R.two_level_weights(p, 0.2, 0.05, caps, div)[0],
+                p * R.two_level_weights(p, 0.2, slack, 3.0, div)[0],
+            )
+        a, _ = R.two_level_weights(p, 0.0, 0.0, 5.0, "kl")
+        return out, jnp.where(p > 0, p * a, 0.0)
+
     with jax.enable_x64(True):
         p = jnp.linspace(0.0, 1.0, 41)[:, None]
         eps = jnp.array([0.0, 0.01, 0.05, 0.2, 1.0, 3.0])[None, :]
-        for div, closed in (("chi2", R.chi2_worst_tail), ("kl", R.kl_worst_tail)):
-            got = R.population_worst_tail(p, eps, div)
-            np.testing.assert_allclose(got, closed(p, eps), atol=1e-10, err_msg=div)
-        # eps = 0, tau = 0: no reweighting, V = m / K
-        a, _ = R.two_level_weights(p, 0.0, 0.0, 5.0, "kl")
-        np.testing.assert_allclose(jnp.where(p > 0, p * a, 0.0), p, atol=1e-10)
-        # V is non-decreasing in the box Lam and in the mean-constraint slack
         caps = jnp.array([1.2, 1.5, 2.0, 4.0, jnp.inf])[None, :]
-        for div in R.DIVERGENCES:
-            v = p * R.two_level_weights(p, 0.2, 0.05, caps, div)[0]
-            assert np.all(np.diff(v, axis=1) >= -1e-12), div
-            v = p * R.two_level_weights(p, 0.2, jnp.array([0.0, 0.1, 0.3])[None, :], 3.0, div)[0]
-            assert np.all(np.diff(v, axis=1) >= -1e-12), div
+        out, no_shift = forms(p, eps, caps, jnp.array([0.0, 0.1, 0.3])[None, :])
+        for div, (got, closed, v_caps, v_slack) in out.items():
+            np.testing.assert_allclose(got, closed, atol=1e-10, err_msg=div)
+            # V is non-decreasing in the box Lam and in the mean-constraint slack
+            assert np.all(np.diff(v_caps, axis=1) >= -1e-12), div
+            assert np.all(np.diff(v_slack, axis=1) >= -1e-12), div
+        # eps = 0, tau = 0: no reweighting, V = m / K
+        np.testing.assert_allclose(no_shift, p, atol=1e-10)
 
 
 @pytest.mark.parametrize("divergence", ["chi2", "kl"])
@@ -117,8 +138,8 @@ def test_divergence_constants():
         np.testing.assert_allclose([lam, c1, c2], [3.0, 2.0, 2.0])
 
 
-def test_robust_tail_bound_monotone_and_jit(key):
-    r = jax.random.beta(key, 2.0, 8.0, (300,))
+def test_robust_tail_bound_monotone_and_jit():
+    r = jnp.asarray(np.random.default_rng(1).beta(2.0, 8.0, 300), jnp.float32)
     lam = jnp.linspace(0.0, 0.8, 25)
     for div in R.DIVERGENCES:
         b = [R.robust_tail_bound(r, lam, e, n=500, delta=d, divergence=div)
@@ -134,10 +155,15 @@ def test_robust_tail_bound_monotone_and_jit(key):
     vm = jax.vmap(lambda e: R.robust_tail_bound(r, lam, e, n=500, divergence="kl"))(eps)
     np.testing.assert_allclose(vm[1], R.robust_tail_bound(r, lam, 0.2, n=500, divergence="kl"),
                                atol=1e-6)  # fmt: skip
+    # the certificate's program (as robust_tail_bound calls it): new risks, eps, n and delta of
+    # the same shapes do not retrace
+    calls = [(r, lam, 0.05, 500, 0.05, "kl", 60), (r**2, lam, 0.3, 200, 0.01, "kl", 60)]
+    assert_compiles_once(F._tail_bound, calls)
 
 
 def test_dirichlet_kl_values():
-    kl = [R.dirichlet_kl(jnp.full((10,), a), jnp.full((10,), 0.4)) for a in (0.35, 0.3, 0.4)]
+    alphas = jnp.array([[0.35], [0.3], [0.4]]) * jnp.ones((1, 10))
+    kl = jax.vmap(R.dirichlet_kl)(alphas, jnp.full((3, 10), 0.4))
     np.testing.assert_allclose(kl, [0.0673, 0.3355, 0.0], atol=1e-4)
 
 
@@ -152,61 +178,81 @@ def test_phi_closed_form_matches_brute_force_grid():
     w, b = _linear()
     x = jnp.array([[0.5, 0.2], [-0.4, 0.9], [0.1, -1.0]])
     y = jnp.array([0, 1, 2])
-    d2, correct = R.linear_margins(w, b, x, y)
-    g = jnp.linspace(-3.0, 3.0, 601)
-    grid = jnp.stack(jnp.meshgrid(g, g), -1).reshape(-1, 2)
-    pred = jnp.argmax(grid @ w + b[None, :], -1)
     gammas = jnp.array([0.0, 0.3, 1.0, 4.0, 1e6])
-    phi = R.phi_zero_one(gammas, d2, correct)
+
+    @jax.jit
+    def closed_and_brute(x, y):
+        d2, correct = R.linear_margins(w, b, x, y)
+        g = jnp.linspace(-3.0, 3.0, 601)
+        grid = jnp.stack(jnp.meshgrid(g, g), -1).reshape(-1, 2)
+        pred = jnp.argmax(grid @ w + b[None, :], -1)
+
+        def brute(xi, yi):
+            cost = jnp.sum((grid - xi[None, :]) ** 2, -1)
+            return jnp.max((pred != yi)[None, :] - gammas[:, None] * cost[None, :], -1)
+
+        return R.phi_zero_one(gammas, d2, correct), correct, jax.vmap(brute)(x, y)
+
+    phi, correct, brute = closed_and_brute(x, y)
     for i in range(3):
-        cost = jnp.sum((grid - x[i][None, :]) ** 2, -1)
-        brute = jnp.max((pred != y[i])[None, :] - gammas[:, None] * cost[None, :], -1)
-        np.testing.assert_allclose(phi[i, :4], brute[:4], atol=0.03)
+        np.testing.assert_allclose(phi[i, :4], brute[i, :4], atol=0.03)
         loss = float(~correct[i])
         np.testing.assert_allclose(phi[i, 0], 1.0)  # gamma = 0: the loss's supremum
         np.testing.assert_allclose(phi[i, -1], loss, atol=1e-6)  # gamma -> inf: the loss
 
 
-def test_knapsack_greedy_equals_dual_and_cost_dual_equals_primal(key):
-    k1, k2, k3 = jax.random.split(key, 3)
-    c = jax.random.uniform(k1, (30,)) * (jax.random.uniform(k2, (30,)) > 0.3)
-    for eps in (0.0, 0.02, 0.1, 0.4, 5.0):
+def test_knapsack_greedy_equals_dual_and_cost_dual_equals_primal():
+    rng = np.random.default_rng(2)
+    c = jnp.asarray(rng.uniform(size=30) * (rng.uniform(size=30) > 0.3), jnp.float32)
+
+    @jax.jit
+    def greedy_and_dual(c, eps):
         gam = jnp.concatenate([jnp.zeros(1), 1.0 / jnp.where(c > 0, c, 1.0)])
         dual = jnp.min(gam * eps + jnp.maximum(0.0, 1.0 - gam[:, None] * c[None, :]).mean(-1))
-        np.testing.assert_allclose(R.knapsack_fraction(c, eps), dual, atol=1e-5)
+        return R.knapsack_fraction(c, eps), dual
+
+    for eps in (0.0, 0.02, 0.1, 0.4, 5.0):
+        greedy, dual = greedy_and_dual(c, eps)
+        np.testing.assert_allclose(greedy, dual, atol=1e-5)
     # one client of a linear classifier: the dual cost sup_gamma (lam - R_adv) / gamma equals the
     # greedy primal (move the cheapest correctly classified mass across the boundary)
     w, b = _linear()
-    x = jax.random.normal(k3, (40, 2))
-    y = jnp.argmax(x @ w + b[None, :], -1).at[:5].set(0)
-    d2, correct = R.linear_margins(w, b, x, y)
+    x = jnp.asarray(rng.normal(size=(40, 2)), jnp.float32)
+    y = np.array(jnp.argmax(x @ w + b[None, :], -1))
+    y[:5] = 0
+    d2, correct = (np.asarray(v) for v in jax.jit(R.linear_margins)(w, b, x, jnp.asarray(y)))
     risk = float(1.0 - correct.mean())
-    pos = np.sort(np.asarray(d2)[np.asarray(correct)])
-    gammas = jnp.asarray(np.concatenate([[0.0], 1.0 / pos]))
-    adv = R.phi_zero_one(gammas, d2, correct).mean(0)
+    pos = np.sort(d2[correct])
+    gammas = jnp.asarray(np.concatenate([[0.0], 1.0 / pos]), jnp.float32)
+    dual_cost = jax.jit(
+        lambda lam: R.transport_costs(
+            jnp.asarray(risk), R.phi_zero_one(gammas, d2, correct).mean(0)[None, :], gammas, lam,
+            0.0,
+        )
+    )  # fmt: skip
     for lam in (risk + 0.05, risk + 0.33, 0.9):
         mass = 40 * (lam - risk)
         j = int(mass)
         primal = (pos[:j].sum() + (mass - j) * pos[j]) / 40
-        dual = R.transport_costs(jnp.asarray(risk), adv[None, :], gammas, lam, 0.0)
-        np.testing.assert_allclose(dual, primal, rtol=1e-5)
+        np.testing.assert_allclose(dual_cost(lam), primal, rtol=1e-5)
 
 
-def test_average_bound_dominates_explicit_perturbations(key):
+def test_average_bound_dominates_explicit_perturbations():
     w, b = _linear()
-    kx, kv = jax.random.split(key)
-    x = jax.random.normal(kx, (6, 25, 2))
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(6, 25, 2)), jnp.float32)
     y = jnp.argmax(x @ w + b[None, None, :], -1)
     y = y.at[:, :3].set(1)
     mask = jnp.ones(y.shape, bool)
     gammas = jnp.concatenate([jnp.zeros(1), jnp.logspace(-2, 3, 40)])
     risk, adv = R.local_adversarial_risks(w, b, x, y, mask, gammas)
     assert np.all(adv >= risk[:, None] - 1e-6) and np.all(np.diff(adv, axis=-1) <= 1e-6)
-    for i in range(5):
-        v = jax.random.normal(jax.random.fold_in(kv, i), x.shape) * 0.3
-        eps = float(jnp.sum(v**2, -1).mean())  # meta cost <= mean per-point transport
+    adv_mean, gammas_np = np.asarray(adv).mean(0), np.asarray(gammas)
+    for _ in range(5):
+        v = 0.3 * rng.normal(size=x.shape).astype(np.float32)
+        eps = float(np.sum(v**2, -1).mean())  # meta cost <= mean per-point transport
         moved, _ = R.local_adversarial_risks(w, b, x + v, y, mask, gammas[:1])
-        dual = jnp.min(gammas * eps + adv.mean(0))
+        dual = np.min(gammas_np * eps + adv_mean)
         assert float(moved.mean()) <= float(dual) + 1e-6
     # at eps = 0 the bound is the mean risk plus the finite-sample terms (gamma -> inf in grid)
     big = jnp.concatenate([gammas, jnp.array([1e9])])
@@ -233,6 +279,12 @@ def test_wasserstein_bounds_monotone(key):
         if prev_tail is not None:
             assert np.all(tail >= prev_tail - 1e-7)
         prev_avg, prev_tail = avg, tail
+    # the bounds' programs (as the public functions call them): new values, no retrace
+    lam_in, risk2, adv2 = jnp.asarray(lam), risk * 0.5, adv * 0.5
+    assert_compiles_once(W._average_bound, [(adv, gammas, 0.1, 1000, 0.5),
+                                            (adv2, gammas, 0.3, 500, 0.1)])  # fmt: skip
+    assert_compiles_once(W._tail_bound, [(risk, adv, gammas, lam_in, 0.1, 1000, 0.5),
+                                         (risk2, adv2, gammas, lam_in, 0.3, 500, 0.1)])  # fmt: skip
 
 
 def test_gradient_ascent_matches_grid_for_a_smooth_loss():
@@ -244,13 +296,21 @@ def test_gradient_ascent_matches_grid_for_a_smooth_loss():
     x = jnp.array([[0.3], [-0.2], [1.0]])
     y = jnp.array([1, 1, 0])
     gamma = 1.0  # 2 gamma > w^2 / 8: concave objective
-    phi = R.adversarial_risk_ascent(loss, x, y, gamma, steps=300, step_size=0.1)
-    g = jnp.linspace(-4.0, 4.0, 8001)
-    for i in range(3):
-        brute = jnp.max(
-            jax.vmap(lambda z, i=i: loss(z[None], y[i]))(g) - gamma * (g - x[i, 0]) ** 2
-        )
-        np.testing.assert_allclose(phi[i], brute, atol=1e-4)
+
+    @jax.jit
+    def ascent_and_grid(x, y):
+        phi = R.adversarial_risk_ascent(loss, x, y, gamma, steps=300, step_size=0.1)
+        g = jnp.linspace(-4.0, 4.0, 8001)
+
+        def brute(xi, yi):
+            return jnp.max(jax.vmap(lambda z: loss(z[None], yi))(g) - gamma * (g - xi[0]) ** 2)
+
+        return phi, jax.vmap(brute)(x, y)
+
+    phi, brute = ascent_and_grid(x, y)
+    np.testing.assert_allclose(phi, brute, atol=1e-4)
+    # the supremum is above the loss at the point itself (the perturbation pays off)
+    assert np.all(np.asarray(phi) > np.asarray(jax.vmap(loss)(x, y)) + 1e-3)
 
 
 def test_sharded_clients_equal_unsharded(mesh, key):
@@ -264,6 +324,9 @@ def test_sharded_clients_equal_unsharded(mesh, key):
     for p, s in zip(plain, sharded, strict=True):
         np.testing.assert_allclose(p, s, atol=1e-6)
     assert len(sharded[1].sharding.device_set) == 4
+    # the clients' program: new samples and multipliers of the same shapes do not retrace
+    calls = [(w, b, x, y, mask, gammas), (w, b, 2.0 * x, y, mask, gammas * 3.0)]
+    assert_compiles_once(R.local_adversarial_risks, calls)
 
 
 def test_clear_errors():
@@ -304,11 +367,12 @@ def test_clear_errors():
 
 
 def test_gaussian_piece_matches_quadrature():
+    piece = jax.jit(lambda mu, r: R.gaussian_piece(mu, 1.0, r))
     for mu in (-1.0, 0.0, 0.7, 2.5):
         for r in (0.3, 1.0, 4.0, np.inf):
             dens = lambda u, mu=mu, r=r: (1.0 - (u / r) ** 2) * stats.norm.pdf(u, mu)  # noqa: E731
             want = integrate.quad(dens, 0.0, r)[0]
-            got = float(R.gaussian_piece(jnp.asarray(mu), 1.0, jnp.asarray(r)))
+            got = float(piece(jnp.asarray(mu, jnp.float32), jnp.asarray(r, jnp.float32)))
             assert got == pytest.approx(want, abs=2e-6), (mu, r)
 
 

@@ -2,6 +2,7 @@
 calibration, GCM by hand, cross-fitting, column blocks, sharding, config and input errors."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -12,10 +13,16 @@ from scipy import stats
 
 from jaxlab.stats import cmi_test as C
 from jaxlab.stats.cmi_test import kernels as K
+from jaxlab.stats.cmi_test import statistic as S
+from tests.helpers import assert_compiles_once
 
 TINY = C.CMIConfig(num_samples=8, num_boot=64)
+# Budget: each test's arithmetic runs in one jitted program (eager jnp would compile one program
+# per op); the fold matrix is jitted once per shape and kernel for the whole module.
+fold_matrix = jax.jit(C.fold_matrix, static_argnames=("kernel", "centred"))
 
 
+@functools.partial(jax.jit, static_argnames=("n", "m", "dx", "dy", "dz", "dtype"))
 def random_fold(key, n=12, m=3, dx=2, dy=1, dz=2, dtype=jnp.float32):
     ks = jax.random.split(key, 5)
     x = jax.random.normal(ks[0], (n, dx), dtype)
@@ -63,7 +70,7 @@ def loop_statistic(x, xt, y, mh, z):
 def test_fold_statistic_matches_double_loop(key):
     with jax.enable_x64(True):
         fold = random_fold(key, dtype=jnp.float64)
-        f = jax.jit(C.fold_matrix)(*fold)
+        f = fold_matrix(*fold)
         assert float(f.sum()) / 11 == pytest.approx(loop_statistic(*fold[:5]), rel=1e-6)
         np.testing.assert_array_equal(np.diag(f), 0.0)
         np.testing.assert_allclose(f, C.fold_matrix(*fold), rtol=1e-10)  # jit == no jit
@@ -71,77 +78,109 @@ def test_fold_statistic_matches_double_loop(key):
 
 def test_degenerate_nuisances_give_zero_statistic(key):
     x, xt, y, mh, z, mask = random_fold(key)
-    copies = jnp.broadcast_to(x[:, None, :], xt.shape)
-    assert float(jnp.abs(C.fold_matrix(x, copies, y, mh, z, mask)).max()) < 1e-6
-    assert float(jnp.abs(C.fold_matrix(x, xt, y, y, z, mask)).max()) == 0.0
+    copies = np.broadcast_to(np.asarray(x)[:, None, :], xt.shape)
+    assert float(np.abs(fold_matrix(x, copies, y, mh, z, mask)).max()) < 1e-6
+    assert float(np.abs(fold_matrix(x, xt, y, y, z, mask)).max()) == 0.0
+    assert float(np.abs(fold_matrix(x, xt, y, mh, z, mask)).max()) > 1e-3  # but not in general
 
 
 def test_bootstrap_draws_have_zero_mean_and_the_analytic_variance():
     key = jax.random.key(0)  # a fixed seed: a 3-SE check fails on 0.3% of seeds by design
     x, xt, y, mh, z, mask = random_fold(key, n=10)
-    f = C.fold_matrix(x, xt, y, mh, z, mask)
     cfg = dataclasses.replace(TINY, num_boot=20000)
-    t, boot = C.bootstrap_draws(f[None], mask[None], jax.random.fold_in(key, 1), cfg)
+    gauss = dataclasses.replace(cfg, multiplier="gaussian")
+
+    @jax.jit
+    def draws(fold, key):
+        f = C.fold_matrix(*fold)
+        rad = C.bootstrap_draws(f[None], mask[None], jax.random.fold_in(key, 1), cfg)
+        _, normal = C.bootstrap_draws(f[None], mask[None], jax.random.fold_in(key, 2), gauss)
+        return f, rad, normal
+
+    f, (t, boot), gauss_boot = draws((x, xt, y, mh, z, mask), key)
+    f = np.asarray(f, np.float64)
     assert float(t) == pytest.approx(float(f.sum()) / 9, rel=1e-5)
     boot = np.asarray(boot, np.float64)
-    var = 2.0 * float(jnp.sum(f**2)) / 81.0
+    var = 2.0 * float(np.sum(f**2)) / 81.0
     se_mean = np.sqrt(var / boot.size)
     assert abs(boot.mean()) < 3 * se_mean
     fourth = np.mean((boot - boot.mean()) ** 4)
     se_var = np.sqrt((fourth - boot.var() ** 2) / boot.size)
     assert abs(boot.var() - var) < 3 * se_var
     # Gaussian multipliers: Var(e^T F e) = 2 tr(F^2) as well (F symmetric, zero diagonal)
-    cfg = dataclasses.replace(cfg, multiplier="gaussian")
-    _, boot = C.bootstrap_draws(f[None], mask[None], jax.random.fold_in(key, 2), cfg)
-    boot = np.asarray(boot, np.float64)
+    boot = np.asarray(gauss_boot, np.float64)
     se_var = np.sqrt((np.mean((boot - boot.mean()) ** 4) - boot.var() ** 2) / boot.size)
     assert abs(boot.var() - var) < 3 * se_var
 
 
 def test_statistic_invariances(key):
     x, xt, y, mh, z, mask = random_fold(key, n=16)
-    t = float(C.fold_matrix(x, xt, y, mh, z, mask).sum())
     perm = jax.random.permutation(jax.random.fold_in(key, 1), 16)
-    tp = C.fold_matrix(x[perm], xt[perm], y[perm], mh[perm], z[perm], mask)
-    assert float(tp.sum()) == pytest.approx(t, rel=1e-5)
-    assert float(C.fold_matrix(x, xt, -y, -mh, z, mask).sum()) == pytest.approx(t, rel=1e-5)
-    y3, m3 = jnp.tile(y, (1, 3)), jnp.tile(mh, (1, 3))
-    assert float(C.fold_matrix(x, xt, y3, m3, z, mask).sum()) == pytest.approx(3 * t, rel=1e-5)
-    scaled = float(C.fold_matrix(7.0 * x, 7.0 * xt, y, mh, z, mask).sum())
-    assert scaled == pytest.approx(t, rel=1e-5)
-    tg = float(C.fold_matrix(x, xt, y, mh, z, mask, "gaussian").sum())
-    tgp = C.fold_matrix(x[perm], xt[perm], y[perm], mh[perm], z[perm], mask, "gaussian")
-    assert float(tgp.sum()) == pytest.approx(tg, rel=1e-4)
-    assert tg != pytest.approx(t, rel=1e-3)  # the kernel argument is used
+
+    @jax.jit
+    def statistics(x, xt, y, mh, z, perm):
+        t = lambda *a, kernel="laplace": C.fold_matrix(*a, mask, kernel).sum()
+        y3, m3 = jnp.tile(y, (1, 3)), jnp.tile(mh, (1, 3))
+        return {
+            "t": t(x, xt, y, mh, z),
+            "perm": t(x[perm], xt[perm], y[perm], mh[perm], z[perm]),
+            "sign": t(x, xt, -y, -mh, z),
+            "tiled": t(x, xt, y3, m3, z),
+            "scaled": t(7.0 * x, 7.0 * xt, y, mh, z),
+            "gauss": t(x, xt, y, mh, z, kernel="gaussian"),
+            "gauss_perm": t(x[perm], xt[perm], y[perm], mh[perm], z[perm], kernel="gaussian"),
+        }
+
+    s = {k: float(v) for k, v in statistics(x, xt, y, mh, z, perm).items()}
+    t = s["t"]
+    assert s["perm"] == pytest.approx(t, rel=1e-5)
+    assert s["sign"] == pytest.approx(t, rel=1e-5)
+    assert s["tiled"] == pytest.approx(3 * t, rel=1e-5)
+    assert s["scaled"] == pytest.approx(t, rel=1e-5)
+    assert s["gauss_perm"] == pytest.approx(s["gauss"], rel=1e-4)
+    assert s["gauss"] != pytest.approx(t, rel=1e-3)  # the kernel argument is used
 
 
 def test_median_bandwidth_uses_off_diagonal_pairs_only():
-    a = jnp.asarray([[0.0], [1.0], [3.0]])
-    dist = K.pairwise_distance(a, a, "laplace")
+    @jax.jit
+    def bandwidths(a):
+        dist = K.pairwise_distance(a, a, "laplace")
+        mask = jnp.ones(3, bool)
+        return (K.median_bandwidth(dist, mask, "laplace"),
+                K.median_bandwidth(dist**2, mask, "gaussian"))  # fmt: skip
+
+    laplace, gaussian = bandwidths(np.asarray([[0.0], [1.0], [3.0]], np.float32))
     # off-diagonal distances 1, 3, 2 (each twice): median 2, not the 1 a zero diagonal would give
-    assert float(K.median_bandwidth(dist, jnp.ones(3, bool), "laplace")) == pytest.approx(2.0)
-    assert float(K.median_bandwidth(dist**2, jnp.ones(3, bool), "gaussian")) == pytest.approx(8.0)
+    assert float(laplace) == pytest.approx(2.0)
+    assert float(gaussian) == pytest.approx(8.0)
 
 
 def test_exact_conditional_draws_centre_the_kernel(key):
     design = C.gaussian_design("h0", dz=3, dx=5, rho=0.6)
     gen = design.oracle_generator()
-    means = []
-    for r in range(12):
+
+    @jax.jit
+    @jax.vmap
+    def off_diagonal_mean(r):  # one replicate r = 0..11, keys as fold_in(key, r)
         x, _, z = design.sample(jax.random.fold_in(key, r), 24)
         xt = gen.sample(gen.fit(None, x, z, None), jax.random.fold_in(key, 100 + r), z, 400)
         u = C.centred_gram(x, xt, jnp.asarray(5.0), "laplace")
-        means.append(float(jnp.sum(u * (1 - jnp.eye(24)))) / (24 * 23))
-    means = np.asarray(means)
-    assert abs(means.mean()) < 3 * means.std(ddof=1) / np.sqrt(len(means))
+        kxx = K.kernel_from_distance(K.pairwise_distance(x, x, "laplace"), jnp.asarray(5.0))
+        off = 1 - jnp.eye(24)
+        return jnp.sum(u * off) / (24 * 23), jnp.sum(kxx * off) / (24 * 23)
+
+    means, uncentred = (np.asarray(a, np.float64) for a in off_diagonal_mean(jnp.arange(12)))
+    se = means.std(ddof=1) / np.sqrt(len(means))
+    assert abs(means.mean()) < 3 * se
     assert means.std() > 0
+    assert uncentred.mean() > 10 * 3 * se  # without the centring the kernel mean is far from 0
 
 
 def test_oracle_null_p_values_are_uniform(key):
     design = C.gaussian_design("h0", dz=3, dx=5)
     cfg = C.CMIConfig(num_samples=10, num_boot=200)
     keys = jax.random.split(key, 300)
-    xs, ys, zs = jax.vmap(lambda k: design.sample(k, 40))(keys)
+    xs, ys, zs = jax.jit(jax.vmap(lambda k: design.sample(k, 40)))(keys)
     out = C.replicate_tests(
         xs, ys, zs, jax.random.split(jax.random.fold_in(key, 1), 300),
         generator=design.oracle_generator(), regressor=design.oracle_mean(), config=cfg,
@@ -154,35 +193,53 @@ def test_oracle_null_p_values_are_uniform(key):
 
 def test_alternative_is_rejected_and_replicates_match_single_calls(key):
     design = C.gaussian_design("a1_dense", dz=3, dx=5)
-    keys = jax.random.split(key, 4)
-    xs, ys, zs = jax.vmap(lambda k: design.sample(k, 200))(keys)
-    xs = xs * 10.0  # a strong effect: y's X-part is 0.2 / sqrt(5) * sum(x) before scaling
-    ys = ys + xs.sum(-1, keepdims=True) * 0.1
+
+    @jax.jit
+    def simulate(keys):
+        xs, ys, zs = jax.vmap(lambda k: design.sample(k, 200))(keys)
+        xs = xs * 10.0  # a strong effect: y's X-part is 0.2 / sqrt(5) * sum(x) before scaling
+        return xs, ys + xs.sum(-1, keepdims=True) * 0.1, zs
+
+    xs, ys, zs = simulate(jax.random.split(key, 4))
     gen, reg = C.LinearGaussianGenerator(), C.RidgeRegressor()
     tkeys = jax.random.split(jax.random.fold_in(key, 1), 4)
     batch = C.replicate_tests(xs, ys, zs, tkeys, generator=gen, regressor=reg, config=TINY)
     assert np.all(np.asarray(batch["cmi"].p_value) < 0.05)
-    one = C.compare_tests(xs[2], ys[2], zs[2], tkeys[2], generator=gen, regressor=reg, config=TINY)
-    for name in C.TESTS:
-        assert float(one[name].statistic) == pytest.approx(
-            float(batch[name].statistic[2]), rel=1e-4
-        )
-    again = C.compare_tests(xs[2], ys[2], zs[2], tkeys[2], generator=gen, regressor=reg,
-                            config=TINY)  # fmt: skip
-    assert float(again["cmi"].p_value) == float(one["cmi"].p_value)  # same key, same answer
+    # single calls on two replicates (new data, same shapes): one compiled core, and each equals
+    # its replicate in the vmapped batch
+    ones = assert_compiles_once(
+        S._jit_core,
+        [(xs[i], ys[i], zs[i], tkeys[i], gen, reg, TINY, C.TESTS, None) for i in (2, 3)],
+        name="compare_tests core",
+    )
+    for i, one in zip((2, 3), ones, strict=True):
+        for name in C.TESTS:
+            assert float(one[name].statistic) == pytest.approx(
+                float(batch[name].statistic[i]), rel=1e-4
+            )
+    # the public entry point runs the same compiled core
+    size = S._jit_core._cache_size()
+    via_api = C.compare_tests(xs[3], ys[3], zs[3], tkeys[3], generator=gen, regressor=reg,
+                              config=TINY)  # fmt: skip
+    assert S._jit_core._cache_size() == size
+    assert float(via_api["cmi"].statistic) == float(ones[1]["cmi"].statistic)
 
 
 def test_gcm_matches_a_hand_computation(key):
-    ks = jax.random.split(key, 4)
-    folds = C.FoldData(
-        x=jax.random.normal(ks[0], (2, 5, 2)),
-        x_tilde=jax.random.normal(ks[1], (2, 5, 3, 2)),
-        y=jax.random.normal(ks[2], (2, 5, 1)),
-        m_hat=jax.random.normal(ks[3], (2, 5, 1)),
-        z=jnp.zeros((2, 5, 1)),
-        mask=jnp.asarray([[True] * 5, [True] * 4 + [False]]),
-    )
-    res = C.gcm_from_folds(folds, jax.random.fold_in(key, 9), 50)
+    @jax.jit
+    def gcm(key):
+        ks = jax.random.split(key, 4)
+        folds = C.FoldData(
+            x=jax.random.normal(ks[0], (2, 5, 2)),
+            x_tilde=jax.random.normal(ks[1], (2, 5, 3, 2)),
+            y=jax.random.normal(ks[2], (2, 5, 1)),
+            m_hat=jax.random.normal(ks[3], (2, 5, 1)),
+            z=jnp.zeros((2, 5, 1)),
+            mask=jnp.asarray([[True] * 5, [True] * 4 + [False]]),
+        )
+        return folds, C.gcm_from_folds(folds, jax.random.fold_in(key, 9), 50)
+
+    folds, res = gcm(key)
     f = {k: np.asarray(v, np.float64) for k, v in folds._asdict().items()}
     rows = []
     for k in range(2):
@@ -216,11 +273,10 @@ jax.tree_util.register_static(SpyRegressor)
 @pytest.mark.parametrize("n,folds", [(10, 2), (11, 3)])
 def test_cross_fitting_never_trains_on_the_evaluated_fold(n, folds):
     cfg = dataclasses.replace(TINY, folds=folds)
-    eye = jnp.eye(n)
-    x, z = jnp.arange(n, dtype=jnp.float32)[:, None], jnp.ones((n, 1))
-    data = C.cross_fit(
-        x, eye, z, jax.random.key(0), C.LinearGaussianGenerator(), SpyRegressor(), cfg
-    )
+    eye = np.eye(n, dtype=np.float32)
+    x, z = np.arange(n, dtype=np.float32)[:, None], np.ones((n, 1), np.float32)
+    fit = jax.jit(C.cross_fit, static_argnames=("config",))
+    data = fit(x, eye, z, jax.random.key(0), C.LinearGaussianGenerator(), SpyRegressor(), cfg)
     seen = np.asarray(data.m_hat[:, 0, :])  # [K, n]: training-row indicator of each fold
     eval_idx, eval_mask, _, _ = C.fold_indices(n, folds)
     for k in range(folds):
@@ -230,7 +286,7 @@ def test_cross_fitting_never_trains_on_the_evaluated_fold(n, folds):
     assert sorted(eval_idx[eval_mask].tolist()) == list(range(n))
 
 
-def test_sharded_bootstrap_equals_unsharded(mesh, key):
+def test_sharded_bootstrap_equals_unsharded_and_cmi_test_compiles_once(mesh, key):
     design = C.gaussian_design("a2_sparse", dz=3, dx=5)
     x, y, z = design.sample(key, 64)
     kw = dict(generator=C.LinearGaussianGenerator(), regressor=C.RidgeRegressor(), config=TINY)
@@ -238,13 +294,20 @@ def test_sharded_bootstrap_equals_unsharded(mesh, key):
     b = C.cmi_test(x, y, z, key, mesh=mesh, **kw)
     np.testing.assert_allclose(np.asarray(b.bootstrap), np.asarray(a.bootstrap), rtol=1e-5)
     assert float(b.p_value) == float(a.p_value)
+    # trace once: cmi_test on new data of the same shapes (and a new key) adds no cache entry
+    size = S._jit_core._cache_size()
+    x2, y2, z2 = design.sample(jax.random.fold_in(key, 1), 64)
+    c = C.cmi_test(x2, y2, z2, jax.random.fold_in(key, 2), **kw)
+    assert S._jit_core._cache_size() == size, "cmi_test retraced for new data of the same shapes"
+    assert float(c.statistic) != float(a.statistic)  # it did run on the new data
 
 
 def test_conditional_mmd_gradient_matches_finite_differences(key):
     with jax.enable_x64(True):
         x, xt, _, _, z, _ = random_fold(key, n=6, m=2, dtype=jnp.float64)
-        w = jnp.ones(6)
+        w = np.ones(6)
 
+        @jax.jit  # check_grads calls it many times: one program, not one per op and call
         def loss(xt):
             return C.conditional_mmd(x, xt, z, w, jnp.asarray(2.0), jnp.asarray(3.0), "gaussian")
 
@@ -253,14 +316,21 @@ def test_conditional_mmd_gradient_matches_finite_differences(key):
 
 def test_gmmn_learns_a_gaussian_conditional(key):
     design = C.gaussian_design("h0", dz=2, dx=5, rho=0.8)
-    x, _, z = design.sample(key, 96)
-    gen = C.GMMNGenerator(hidden=32, noise_dim=8, steps=150, train_samples=8)
-    params = jax.jit(gen.fit)(jax.random.fold_in(key, 1), x, z, jnp.ones(96))
-    zt = design.sample(jax.random.fold_in(key, 2), 200)[2]
-    xt = gen.sample(params, jax.random.fold_in(key, 3), zt, 100)
-    true_mean = zt @ design.coef.T
-    err = float(jnp.mean((xt.mean(1) - true_mean) ** 2) / jnp.mean(true_mean**2))
-    var_ratio = float(jnp.mean(xt.var(1)) / jnp.mean(jnp.diag(design.cond_cov)))
+    # full batch (the default) on 80 rows, 100 Adam steps (this test's seed: err 0.075, ratio 0.99;
+    # 96 rows and 150 steps gave 0.07 and 1.03 at 2.5x the run time)
+    gen = C.GMMNGenerator(hidden=32, noise_dim=8, steps=100, train_samples=8)
+
+    @jax.jit
+    def fit_and_check(key):
+        x, _, z = design.sample(key, 80)
+        params = gen.fit(jax.random.fold_in(key, 1), x, z, jnp.ones(80))
+        zt = design.sample(jax.random.fold_in(key, 2), 200)[2]
+        xt = gen.sample(params, jax.random.fold_in(key, 3), zt, 100)
+        true_mean = zt @ design.coef.T
+        err = jnp.mean((xt.mean(1) - true_mean) ** 2) / jnp.mean(true_mean**2)
+        return err, jnp.mean(xt.var(1)) / jnp.mean(jnp.diag(design.cond_cov))
+
+    err, var_ratio = (float(v) for v in fit_and_check(key))
     assert err < 0.3, err
     assert 0.5 < var_ratio < 1.5, var_ratio  # not collapsed onto the conditional mean
 
@@ -353,14 +423,21 @@ def test_networks_are_core_mlps_with_the_hand_written_layer_names(key):
 
     net = C.GMMNGenerator(hidden=7, dropout=0.1).network(3)
     assert isinstance(net, MLP) and tuple(net.features) == (7, 3)
-    params = net.init(jax.random.key(0), jnp.zeros((1, 4)))["params"]
+    params = jax.jit(net.init)(jax.random.key(0), jnp.zeros((1, 4)))["params"]
     assert set(params) == {"Dense_0", "Dense_1"}
     assert params["Dense_0"]["kernel"].shape == (4, 7) and params["Dense_1"]["bias"].shape == (3,)
-    h = jnp.linspace(-2.0, 2.0, 4)[None, :]
-    out = net.apply({"params": params}, h)
-    k0, k1 = params["Dense_0"], params["Dense_1"]
+    h = np.linspace(-2.0, 2.0, 4, dtype=np.float32)[None, :]
+
+    @jax.jit
+    def apply(params, h, key):
+        out = net.apply({"params": params}, h)
+        drop = net.apply({"params": params}, h, deterministic=False, rngs={"dropout": key})
+        return out, drop
+
+    out, drop = apply(params, h, key)
+    k0, k1 = (jax.tree_util.tree_map(np.asarray, params[k]) for k in ("Dense_0", "Dense_1"))
     pre = h @ k0["kernel"] + k0["bias"][None, :]
-    hand = jnp.where(pre > 0, pre, 0.8 * pre) @ k1["kernel"] + k1["bias"][None, :]  # slope 0.8
+    hand = np.where(pre > 0, pre, 0.8 * pre) @ k1["kernel"] + k1["bias"][None, :]  # slope 0.8
     np.testing.assert_allclose(out, hand, rtol=1e-5, atol=1e-6)
-    drop = net.apply({"params": params}, h, deterministic=False, rngs={"dropout": key})
     assert drop.shape == out.shape
+    assert not np.allclose(drop, out)  # dropout is applied when not deterministic

@@ -28,8 +28,8 @@ Example::
         cfg = M.SolverConfig("alternating", mu=0.05, eta_x=0.1, eta_y=0.5)
         solver = M.make_solver(cfg, jax.tree.map(lambda a: a[0], games))  # the first game
         state, metrics = jax.jit(solver.step)(solver.init(keys[0]))  # x_move, grad_x_norm, ...
-        # all 4 games, game axis sharded: gaps.gap [4, 5], the Nash gap at steps 0, 50, ..., 200
-        states, gaps = M.solve_games(cfg, games, keys, num_steps=200, eval_every=50)
+        # all 4 games, game axis sharded: gaps.gap [4, 3], the Nash gap at steps 0, 100 and 200
+        states, gaps = M.solve_games(cfg, games, keys, num_steps=200, eval_every=100)
 """
 
 from jaxlab.games.convex_markov.game import (

@@ -235,13 +235,18 @@ def make_solver(config: SolverConfig, game: FactoredGame, mesh: Mesh | None = No
         the played policies (Frank-Wolfe certificate after at most ``max_iter`` steps);
       - ``solve(key, num_steps, eval_every, gap_iters=1000)``: see :func:`solve`.
     """
-    cfg = config
+    return _make_solver(config, game, mesh, config.mu, config.eta_x, config.eta_y)
+
+
+def _make_solver(cfg: SolverConfig, game: FactoredGame, mesh, mu, eta_x, eta_y) -> Solver:
+    """:func:`make_solver` with ``mu``, ``eta_x`` and ``eta_y`` given separately (Python floats,
+    or traced scalars so that one compiled program serves every value: :func:`solve_games`)."""
 
     def gradients(x, y, key):
         if cfg.stochastic:
-            return rollout_gradients(game, x, y, key, cfg.epsilon, cfg.mu, cfg.n_rollouts,
+            return rollout_gradients(game, x, y, key, cfg.epsilon, mu, cfg.n_rollouts,
                                      cfg.horizon, mesh)  # fmt: skip
-        return exact_gradients(game, x, y, cfg.epsilon, cfg.mu)
+        return exact_gradients(game, x, y, cfg.epsilon, mu)
 
     def init_fn(key: jax.Array) -> SolverState:
         return _initial_state(game, key)
@@ -252,21 +257,21 @@ def make_solver(config: SolverConfig, game: FactoredGame, mesh: Mesh | None = No
         k_x, k_y = jax.random.split(jax.random.fold_in(state.key, state.count))
         if cfg.method == "simultaneous":
             gx, gy = gradients(x0, y0, k_x)
-            x, y = project_simplex(x0 - cfg.eta_x * gx), project_simplex(y0 + cfg.eta_y * gy)
+            x, y = project_simplex(x0 - eta_x * gx), project_simplex(y0 + eta_y * gy)
         elif cfg.method == "alternating":
             gx = gradients(x0, y0, k_x)[0]
-            x = project_simplex(x0 - cfg.eta_x * gx)
+            x = project_simplex(x0 - eta_x * gx)
             gy = gradients(x, y0, k_y)[1]
-            y = project_simplex(y0 + cfg.eta_y * gy)
+            y = project_simplex(y0 + eta_y * gy)
         else:
 
             def ascend(y, k):
                 g = gradients(x0, y, k)[1]
-                return project_simplex(y + cfg.eta_y * g), jnp.linalg.norm(g)
+                return project_simplex(y + eta_y * g), jnp.linalg.norm(g)
 
             y, gy_norms = jax.lax.scan(ascend, y0, jax.random.split(k_y, cfg.inner_steps))
             gx = gradients(x0, y, k_x)[0]
-            x = project_simplex(x0 - cfg.eta_x * gx)
+            x = project_simplex(x0 - eta_x * gx)
         metrics = {
             "x_move": jnp.linalg.norm(x - x0),
             "y_move": jnp.linalg.norm(y - y0),
@@ -327,16 +332,25 @@ def solve_games(
     ``keys``), vmapped and jitted with the game axis sharded over ``mesh`` (default: all devices;
     ``G`` must be a multiple of the device count). Returns stacked states and gaps (fields
     ``[G, K + 1]``). The compiled function is cached per ``(cfg, num_steps, eval_every,
-    mesh, gap_iters)``, so new games of the same shapes (another ``kappa``, seed) reuse it."""
+    mesh, gap_iters)`` with ``mu``, ``eta_x`` and ``eta_y`` passed as (replicated) inputs, so new
+    games of the same shapes (another ``kappa``, seed) and other values of those three
+    hyperparameters reuse it."""
     _check_schedule(num_steps, eval_every)
     mesh = sharding.data_mesh() if mesh is None else mesh
-    return _batched_solver(cfg, num_steps, eval_every, mesh, gap_iters)(None, (games, keys))
+    dtype = games.payoff.dtype
+    hyper = {name: jnp.asarray(getattr(cfg, name), dtype) for name in _TRACED}
+    shape = dataclasses.replace(cfg, **dict.fromkeys(_TRACED, 1.0))  # the program's cache key
+    return _batched_solver(shape, num_steps, eval_every, mesh, gap_iters)(hyper, (games, keys))
+
+
+_TRACED = ("mu", "eta_x", "eta_y")  # SolverConfig fields that solve_games passes as inputs
 
 
 @functools.lru_cache(maxsize=64)
 def _batched_solver(cfg: SolverConfig, num_steps: int, eval_every: int, mesh, gap_iters: int):
-    def one(_, batch):
+    def one(hyper, batch):
         game, key = batch
-        return solve(cfg, game, key, num_steps, eval_every, gap_iters)
+        solver = _make_solver(cfg, game, None, hyper["mu"], hyper["eta_x"], hyper["eta_y"])
+        return solver.solve(key, num_steps, eval_every, gap_iters)
 
     return sharding.sharded_map(one, mesh)

@@ -21,8 +21,9 @@ Example::
 
     data = G.health_digits(jax.random.key(0), n_subjects=4, n_times=5)  # N = 20 images
     cov, y = data.covariates(), jnp.asarray(data.images)                 # y: [20, 64]
-    config = G.health_digits_config(4, num_basis=6, exclude=("t_x_disease", "t_x_id"),
-                                    latent_dim=2, decoder_hidden=(16,), num_particles=1)
+    config = G.health_digits_config(4, num_basis=6, exclude=("age", "disease", "t_x_disease",
+                                    "t_x_id"), latent_dim=2, decoder_hidden=(16,),
+                                    num_particles=1)  # id, SE(t) and sex components
     model = G.make_model(config)
     trainer = G.make_trainer(model, n_total=cov.num_rows, batch_size=10)
     state = trainer.init(jax.random.key(1), cov, y)
