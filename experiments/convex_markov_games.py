@@ -70,6 +70,7 @@ class Config:
       ratio_search: pick ``ratio`` from ``ratio_grid`` on held-out games first.
       mu_sweep: Alt-PGDA at ``mu in {0.2, 0.05, 0.01}`` and ``mu = 0.01`` for ``long_steps``.
       stochastic: Alt-PGDA with REINFORCE gradients (``n_rollouts`` x ``horizon`` per player).
+      gap_iters: Frank-Wolfe steps (at most) of each best response of the Nash gap.
     """
 
     seed: int = 0
@@ -93,6 +94,7 @@ class Config:
     stochastic: bool = False
     n_rollouts: int = 64
     horizon: int = 40
+    gap_iters: int = 1000
 
 
 PRESETS = {
@@ -140,7 +142,8 @@ def make_games(cfg: Config, key: jax.Array, kappa: float) -> tuple[M.FactoredGam
 
 def run_method(cfg: Config, sc: M.SolverConfig, steps: int, games, keys) -> M.GapResult:
     """Nash gaps and certificates, ``[n_games, n_checkpoints + 1]`` (game axis sharded)."""
-    _, gaps = M.solve_games(sc, games, keys, steps, steps // cfg.n_checkpoints)
+    _, gaps = M.solve_games(sc, games, keys, steps, steps // cfg.n_checkpoints,
+                           gap_iters=cfg.gap_iters)  # fmt: skip
     return jax.tree.map(np.asarray, gaps)
 
 

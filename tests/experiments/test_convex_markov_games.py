@@ -25,31 +25,35 @@ TINY = dataclasses.replace(
     n_states=S.N_STATES,
     n_actions=S.N_ACTIONS,
     gamma=S.GAMMA,
-    kappas=(0.0, 0.01),  # 0.1 costs ~20 s of Frank-Wolfe per method at -O0
+    kappas=(0.0, 0.01),  # kappa > 0: Frank-Wolfe best responses (up to gap_iters steps)
     steps=S.STEPS,
     nested_steps=S.NESTED_STEPS,
     inner_steps=S.NEST.inner_steps,
     n_checkpoints=S.STEPS // S.EVERY,
     ratio_grid=(5.0, 10.0),
-    long_steps=2 * S.STEPS,
+    long_steps=2 * S.STEPS,  # eval_every is an input: the same program as ``steps``
     n_rollouts=4,
     horizon=5,
+    gap_iters=50,  # kappa = 0: one Frank-Wolfe step is exact; 0.01's runs stop at 50
 )
 SEED = 3
 
 
 def test_tiny_config_shares_the_unit_tests_programs():
+    # solve_games compiles one exact program per (inner_steps, epsilon, number of evaluations)
     sweep = E.method_configs(TINY, 5.0)
     assert sweep["alt_pgda"] == (S.ALT, S.STEPS)
     assert sweep["nest_pg"] == (S.NEST, S.NESTED_STEPS)
     assert TINY.nested_steps // TINY.n_checkpoints == S.NESTED_EVERY
+    assert TINY.n_checkpoints == S.STEPS // S.EVERY
 
 
 def _library_gaps(sc, steps, kappa):
     """The last Nash gaps of ``sc`` on the experiment's evaluation games, from the library."""
     with jax.enable_x64(True):
         games, keys = E.make_games(TINY, jax.random.key(SEED), kappa)
-        _, gaps = M.solve_games(sc, games, keys, steps, steps // TINY.n_checkpoints)
+        _, gaps = M.solve_games(sc, games, keys, steps, steps // TINY.n_checkpoints,
+                                gap_iters=TINY.gap_iters)  # fmt: skip
     return np.asarray(gaps.gap)
 
 

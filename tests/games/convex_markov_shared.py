@@ -1,7 +1,8 @@
 """Shapes and solver configs shared by the convex_markov unit, experiment and example tests.
 
-``solve_games`` caches its compiled program per ``(config, num_steps, eval_every, mesh,
-gap_iters)`` with ``mu``, ``eta_x``, ``eta_y`` as inputs; the unit tests, the package example
+``solve_games`` caches its exact-gradient program per ``(epsilon, inner_steps,
+num_steps // eval_every, mesh)`` with the method, ``mu``, ``eta_x``, ``eta_y``, ``eval_every``
+and ``gap_iters`` as inputs; the unit tests, the package example
 and the experiment's tiny config use these shapes and methods, so the Alt-PGDA and Nest-PG
 programs on ``N_GAMES`` games of ``N_STATES`` x ``N_ACTIONS`` are compiled once per test process.
 """

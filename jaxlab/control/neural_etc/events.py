@@ -211,6 +211,8 @@ def first_trigger_time(
     if not jnp.issubdtype(jnp.asarray(x0).dtype, jnp.floating):
         raise ValueError(f"`x0` must be a float array, got dtype {jnp.asarray(x0).dtype}.")
     check_finite(x0, "x0")
+    # traced once each, however often diffrax and the root finder call them
+    field, event = jax.jit(field), jax.jit(event)
     y0 = jnp.concatenate([x0, jnp.zeros_like(x0)])
     sol = _solve(
         field,
@@ -288,7 +290,8 @@ def simulate_etc(
     check_finite(x0, "x0")
     if x0.shape != (system.state_dim,):
         raise ValueError(f"`x0` must have shape ({system.state_dim},), got {x0.shape}.")
-    field = augmented_field(system, controller)
+    # traced once each, however often diffrax and the root finder call them
+    field, event = jax.jit(augmented_field(system, controller)), jax.jit(event)
     dtype = x0.dtype
     grid = jnp.linspace(0.0, horizon, n_grid, dtype=dtype)
     n = system.state_dim

@@ -331,26 +331,60 @@ def solve_games(
     """:func:`solve` over a batch of games (leading axis ``G`` on every leaf of ``games`` and on
     ``keys``), vmapped and jitted with the game axis sharded over ``mesh`` (default: all devices;
     ``G`` must be a multiple of the device count). Returns stacked states and gaps (fields
-    ``[G, K + 1]``). The compiled function is cached per ``(cfg, num_steps, eval_every,
-    mesh, gap_iters)`` with ``mu``, ``eta_x`` and ``eta_y`` passed as (replicated) inputs, so new
-    games of the same shapes (another ``kappa``, seed) and other values of those three
-    hyperparameters reuse it."""
+    ``[G, K + 1]``). The compiled function is cached per ``(cfg, num_steps // eval_every,
+    mesh)`` with ``method``, ``mu``, ``eta_x``, ``eta_y``, ``eval_every`` and ``gap_iters``
+    passed as (replicated) inputs (the step is a ``lax.switch`` over the three methods), so new
+    games of the same shapes (another ``kappa``, seed), the other exact methods and other values
+    of those hyperparameters reuse one program per number of evaluations (``epsilon`` and
+    ``inner_steps`` select the program). With stochastic gradients the program is cached per
+    ``(cfg, num_steps, eval_every, mesh, gap_iters)``, with ``mu``, ``eta_x``, ``eta_y`` inputs
+    (its sampled trajectories are kept bit for bit as they were before the exact methods' program
+    was shared)."""
     _check_schedule(num_steps, eval_every)
     mesh = sharding.data_mesh() if mesh is None else mesh
     dtype = games.payoff.dtype
     hyper = {name: jnp.asarray(getattr(cfg, name), dtype) for name in _TRACED}
-    shape = dataclasses.replace(cfg, **dict.fromkeys(_TRACED, 1.0))  # the program's cache key
-    return _batched_solver(shape, num_steps, eval_every, mesh, gap_iters)(hyper, (games, keys))
+    if cfg.stochastic:
+        shape = dataclasses.replace(cfg, **dict.fromkeys(_TRACED, 1.0))
+        program = _stochastic_solver(shape, num_steps, eval_every, mesh, gap_iters)
+        return program(hyper, (games, keys))
+    hyper["method"] = jnp.asarray(METHODS.index(cfg.method), jnp.int32)
+    hyper["eval_every"] = jnp.asarray(eval_every, jnp.int32)
+    hyper["gap_iters"] = jnp.asarray(gap_iters, jnp.int32)
+    # the program's cache key: the fields that are not inputs
+    shape = dataclasses.replace(cfg, method=METHODS[0], **dict.fromkeys(_TRACED, 1.0))
+    return _batched_solver(shape, num_steps // eval_every, mesh)(hyper, (games, keys))
 
 
-_TRACED = ("mu", "eta_x", "eta_y")  # SolverConfig fields that solve_games passes as inputs
+_TRACED = ("mu", "eta_x", "eta_y")  # SolverConfig floats that solve_games passes as inputs
 
 
 @functools.lru_cache(maxsize=64)
-def _batched_solver(cfg: SolverConfig, num_steps: int, eval_every: int, mesh, gap_iters: int):
+def _batched_solver(cfg: SolverConfig, num_evals: int, mesh):
     def one(hyper, batch):
         game, key = batch
-        solver = _make_solver(cfg, game, None, hyper["mu"], hyper["eta_x"], hyper["eta_y"])
+        mu, eta_x, eta_y = (hyper[name] for name in _TRACED)
+        solvers = [_make_solver(dataclasses.replace(cfg, method=m), game, None, mu, eta_x, eta_y)
+                   for m in METHODS]  # fmt: skip
+        steps = [lambda s, solver=solver: solver.step(s)[0] for solver in solvers]
+
+        def chunk(state, i):
+            # chunk 0 takes no step: the gap at the start, then one every ``eval_every`` steps
+            n = jnp.where(i == 0, 0, hyper["eval_every"])
+            state = jax.lax.fori_loop(0, n, lambda _, s: jax.lax.switch(hyper["method"], steps, s),
+                                      state)  # fmt: skip
+            return state, solvers[0].gap(state, hyper["gap_iters"])
+
+        return jax.lax.scan(chunk, solvers[0].init(key), jnp.arange(num_evals + 1))
+
+    return sharding.sharded_map(one, mesh)
+
+
+@functools.lru_cache(maxsize=16)
+def _stochastic_solver(cfg: SolverConfig, num_steps: int, eval_every: int, mesh, gap_iters: int):
+    def one(hyper, batch):
+        game, key = batch
+        solver = _make_solver(cfg, game, None, *(hyper[name] for name in _TRACED))
         return solver.solve(key, num_steps, eval_every, gap_iters)
 
     return sharding.sharded_map(one, mesh)
