@@ -292,8 +292,12 @@ def test_sharded_bootstrap_equals_unsharded_and_cmi_test_compiles_once(mesh, key
     kw = dict(generator=C.LinearGaussianGenerator(), regressor=C.RidgeRegressor(), config=TINY)
     a = C.cmi_test(x, y, z, key, **kw)
     b = C.cmi_test(x, y, z, key, mesh=mesh, **kw)
-    np.testing.assert_allclose(np.asarray(b.bootstrap), np.asarray(a.bootstrap), rtol=1e-5)
-    assert float(b.p_value) == float(a.p_value)
+    boot_a, boot_b = np.asarray(a.bootstrap), np.asarray(b.bootstrap)
+    scale = np.abs(boot_a).max()  # only the reduction order differs: float32 noise of this size
+    np.testing.assert_allclose(boot_b, boot_a, rtol=1e-5, atol=1e-6 * scale)
+    # the p-values agree except for draws within that noise of the statistic (none, usually)
+    ties = np.sum(np.abs(boot_a - float(a.statistic)) <= 1e-5 * scale)
+    assert abs(float(b.p_value) - float(a.p_value)) <= ties / boot_a.size
     # trace once: cmi_test on new data of the same shapes (and a new key) adds no cache entry
     size = S._jit_core._cache_size()
     x2, y2, z2 = design.sample(jax.random.fold_in(key, 1), 64)
