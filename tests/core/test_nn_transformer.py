@@ -6,7 +6,6 @@ model that takes every optional array (neutral values reproduce the plain call) 
 auxiliary output: each configuration compiles once. References are written in NumPy.
 """
 
-import contextlib
 import functools
 
 import jax
@@ -17,6 +16,7 @@ from scipy.special import erf
 
 from jaxlab.core import sharding
 from jaxlab.core.nn import Transformer, generate, rope, sinusoidal_embedding
+from tests.helpers import count_compilations
 
 VOCAB, D, L, H, T, B = 13, 16, 2, 2, 6, 4
 DH = D // H
@@ -440,22 +440,6 @@ def test_sharded_batch_equals_unsharded(mesh):
 # generate
 
 
-@contextlib.contextmanager
-def count_traces():
-    """Collect JAX's jaxpr-trace events raised inside the block."""
-    events = []
-
-    def listener(name, _secs, **_kw):
-        if name == "/jax/core/compile/jaxpr_trace_duration":
-            events.append(name)
-
-    jax.monitoring.register_event_duration_secs_listener(listener)
-    try:
-        yield events
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listener)
-
-
 def test_generate_matches_reference_loop_traces_once_and_samples_top_k():
     tokens, params = setup()
     prompt, n = tokens[:, :3], T - 3
@@ -463,9 +447,9 @@ def test_generate_matches_reference_loop_traces_once_and_samples_top_k():
         generate(MODEL, params, *a, **{"max_new_tokens": n, "top_k": 1, "eos_id": -1, **kw})
     )
     keys = [jax.random.key(i) for i in range(3)]
-    with count_traces() as first:
+    with count_compilations() as first:
         greedy = gen(prompt, keys[0], temperature=0.0)  # eos -1 never occurs
-    assert len(first) >= 1
+    assert len(first.traces) >= 1
     # Reference: full forward passes on a fixed [B, T] buffer, argmax at the last filled position.
     buffer = np.array(tokens)
     for i in range(n):
@@ -480,14 +464,14 @@ def test_generate_matches_reference_loop_traces_once_and_samples_top_k():
 
     eos, flipped = int(greedy.tokens[0, 1]), np.array(prompt[::-1])
     left_mask = with_value(np.ones((B, 3), bool), (0, 0), False)  # row 0: 1 pad + 2 real tokens
-    with count_traces() as again:
+    with count_compilations() as again:
         left = gen(with_value(prompt, (0, 0), 0), keys[0], temperature=0.0, prompt_mask=left_mask)
         # top-1 sampling at a high temperature is greedy (log-prob 0); eos = row 0's 2nd token.
         top1 = gen(prompt, keys[1], temperature=3.0, eos_id=eos, pad_id=VOCAB - 1)
         # top-3 sampling: every token among the reference's 3 largest, log-prob renormalised.
         top3 = gen(flipped, keys[2], temperature=1.5, top_k=3)
         top3_again = gen(flipped, keys[2], temperature=1.5, top_k=3)
-    assert again == []  # new values of the same shapes: no retrace
+    assert again.traces == []  # new values of the same shapes: no retrace
     # Left padding: the other rows are unchanged, row 0 decodes like its unpadded 2-token prompt.
     np.testing.assert_array_equal(left.tokens[1:], greedy.tokens[1:])
     buffer = with_value(tokens, (0, np.s_[:2]), prompt[0, 1:])

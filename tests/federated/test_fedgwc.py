@@ -11,8 +11,8 @@ import pytest
 from sklearn.metrics import adjusted_rand_score
 
 from jaxlab.federated import fedgwc as F
-from tests.federated.fedgwc_common import CFG, GWC, NET, K, count_traces, gwc, problem
-from tests.helpers import assert_traces_once
+from tests.federated.fedgwc_common import CFG, GWC, NET, K, gwc, problem
+from tests.helpers import assert_traces_once, count_compilations
 
 # One jit per module function (each test reuses the compiled program of its shapes).
 _REWARDS = jax.jit(F.gaussian_rewards)
@@ -292,12 +292,12 @@ def test_factory_rounds_equal_the_module_rounds_and_chunks_agree():
     state = fed.init(jax.random.key(0), params)
     got, losses = fed.run_rounds(state, 50, until=50)
     # the factory's chunk does not trace again: `until` and the state are traced arguments
-    with count_traces("run_rounds") as traces:
+    with count_compilations("run_rounds") as counted:
         # rounds 0-1 then 2-4 (the key lives in the state: round t uses fold_in(key, t))
         half, _ = fed.run_rounds(state, 50, until=2)
         rest, _ = fed.run_rounds(half, 50, until=50)
         first, _ = fed.run_rounds(state, 50, until=1)
-    assert traces == [], f"the factory's run_rounds traced {len(traces)} more times"
+    assert counted.traces == [], f"the factory's run_rounds traced {len(counted.traces)} more times"
     np.testing.assert_array_equal(losses, want_losses)
     leaves = zip(jax.tree_util.tree_leaves(got.replace(key=None)), jax.tree_util.tree_leaves(want),
                  strict=True)  # fmt: skip

@@ -12,7 +12,8 @@ from sklearn.metrics import adjusted_rand_score
 
 from jaxlab.core.nn import MLP
 from jaxlab.federated import fedgwc as F
-from tests.federated.fedgwc_common import GWC, NET, count_traces, gwc
+from tests.federated.fedgwc_common import GWC, NET, gwc
+from tests.helpers import count_compilations
 
 LOCAL = F.LocalConfig(steps=3, batch_size=8, lr=0.1)
 NET16 = MLP((16, 4))  # d = 8 -> 16 -> 4 classes; one instance: its bound `apply` is a static arg
@@ -79,9 +80,11 @@ def test_leading_slots_equal_all_slots(key):
     # the round traces once: a second call with new parameters and a new key reuses it
     moved = state.replace(params=jax.tree_util.tree_map(lambda a: a + 0.1, _host(state.params)),
                           key=jax.random.fold_in(key, 1))  # fmt: skip
-    with count_traces("round_step") as traces:
+    with count_compilations("round_step") as counted:
         again, _ = fed.step(moved)
-    assert traces == [], "the factory's round traced again for new values of the same shapes"
+    assert counted.traces == [], (
+        "the factory's round traced again for new values of the same shapes"
+    )
     assert not np.allclose(again.params["params"]["Dense_0"]["kernel"][0],
                            full.params["params"]["Dense_0"]["kernel"][0])  # fmt: skip
     step = jax.jit(F.round_step, static_argnums=(2, 4, 5, 6))
@@ -170,12 +173,12 @@ def test_ifca_rounds_sharded_equal_unsharded_and_the_module_rounds(mesh, key):
     a = plain.run_rounds(plain.init(jax.random.key(2), inits), 3)
     # IFCA's chunk of rounds does not trace again: new models and a new key reuse it, and so does
     # the module function with the key as an argument (called with the factory's signature)
-    with count_traces("ifca_run") as traces:
+    with count_compilations("ifca_run") as counted:
         moved = jax.tree_util.tree_map(lambda u: u + 0.1, inits)
         a2 = plain.run_rounds(plain.init(jax.random.key(3), moved), 3)
         want = module_run(F.IFCAState(inits, zero, zero), jax.random.key(2), rounds=3,
                           data=data, apply_fn=net.apply, m=4, local=LOCAL, mesh=None)  # fmt: skip
-    assert traces == [], f"ifca_run traced {len(traces)} more times for new values"
+    assert counted.traces == [], f"ifca_run traced {len(counted.traces)} more times for new values"
     assert int(a2.rounds) == 3 and not np.allclose(
         a2.params["params"]["Dense_1"]["bias"], a.params["params"]["Dense_1"]["bias"]
     )

@@ -9,10 +9,6 @@ programs on ``N_GAMES`` games of ``N_STATES`` x ``N_ACTIONS`` are compiled once 
 
 from __future__ import annotations
 
-import contextlib
-
-import jax
-
 from jaxlab.games import convex_markov as M
 
 N_GAMES, N_STATES, N_ACTIONS, GAMMA = 4, 3, 2, 0.8
@@ -22,30 +18,3 @@ STEPS, EVERY = 200, 100
 # Nest-PG as the experiment's ``nest_pg`` at ratio 5 (10 inner steps per outer step)
 NEST = M.SolverConfig("nested", mu=0.05, eta_x=0.1, eta_y=0.5)
 NESTED_STEPS, NESTED_EVERY = 4, 2
-
-_events = {"trace": 0, "compile": 0}
-_NAMES = {
-    "/jax/core/compile/jaxpr_trace_duration": "trace",
-    "/jax/core/compile/backend_compile_duration": "compile",
-}
-
-
-def _listen(event, duration, **_):
-    name = _NAMES.get(event)
-    if name:
-        _events[name] += 1
-
-
-jax.monitoring.register_event_duration_secs_listener(_listen)
-
-
-@contextlib.contextmanager
-def count_compiles():
-    """``with count_compiles() as c: ...`` -> ``c == {"trace": n, "compile": m}`` inside the block
-    (jaxpr traces and XLA backend compiles, of any function)."""
-    before = dict(_events)
-    counts = {}
-    try:
-        yield counts
-    finally:
-        counts.update({k: _events[k] - before[k] for k in _events})

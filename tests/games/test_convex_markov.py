@@ -17,7 +17,7 @@ from scipy.optimize import linprog, minimize
 from jaxlab.games import convex_markov as M
 from jaxlab.games.convex_markov.solvers import _empirical_occupancy, _rollouts
 from tests.games import convex_markov_shared as S
-from tests.helpers import assert_compiles_once, assert_traces_once
+from tests.helpers import assert_compiles_once, assert_traces_once, count_compilations
 
 
 @pytest.fixture(autouse=True)
@@ -373,11 +373,11 @@ def test_sharded_games_equal_unsharded(key):
     # would cost Frank-Wolfe's 1000 iterations per gap at -O0; 0.01 keeps them few)
     other, other_keys = _games(key, kappa=0.01)
     other_cfg = dataclasses.replace(S.ALT, mu=0.01, eta_x=0.05, eta_y=0.4)
-    with S.count_compiles() as counts:
+    with count_compilations() as counts:
         _, other_gaps = M.solve_games(S.ALT, other, other_keys, S.STEPS, S.EVERY)
         _, other_hyper = M.solve_games(other_cfg, games, keys, S.STEPS, S.EVERY)
         jax.block_until_ready((other_gaps, other_hyper))
-    assert counts == {"trace": 0, "compile": 0}, counts
+    assert (counts.traces, counts.compiles) == ([], []), counts
     assert not np.allclose(other_gaps.gap, gaps.gap)
     # same games, other hyperparameters: another run (the inputs are used, not the first values;
     # that traced values equal constants is checked against the looped steps in the Nest-PG test)
