@@ -300,29 +300,36 @@ def simulate_etc(
         ts = jnp.clip(grid, t, horizon)
         # separate outputs: grid values (inf after an event) and the end point (event or horizon)
         saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=ts), diffrax.SubSaveAt(t1=True)])
-        ev = event if with_event else None
-        sol = _solve(field, y0, params, t, horizon, solver_cfg, ev, saveat=saveat)
+        # one solve serves both kinds of segment (one diffrax program to compile, not two):
+        # with the event off its condition is a constant -1, which never crosses zero and so
+        # never fires; the adaptive steps do not depend on the event
+        gated = lambda y, p: jnp.where(with_event, event(y, p), -jnp.ones((), y.dtype))
+        sol = _solve(field, y0, params, t, horizon, solver_cfg, gated, saveat=saveat)
         solved = (sol.result == diffrax.RESULTS.successful) | (
             sol.result == diffrax.RESULTS.event_occurred
         )  # a failed root find is promoted into `result`, so it counts as a failure here
         return sol, sol.ts[1][-1], sol.ys[1][-1], solved
 
     def cond(carry):
-        k, t, _, _, _, _, _, done, _ = carry
-        return ~done & (k < max_triggers)
+        return ~carry[7]
 
     def body(carry):
+        # segments with the event until it stops firing or `max_triggers` triggers; after the
+        # cap, one event-free segment holds the last control value up to the horizon
         k, t, y, times, states, traj, ok, _, _ = carry
-        sol, t_new, y_new, solved = segment(t, y, True)
+        with_event = k < max_triggers
+        sol, t_new, y_new, solved = segment(t, y, with_event)
         x_new = _split(y_new)[0]
-        fired = jnp.asarray(sol.event_mask) & (t_new < horizon)
+        fired = with_event & jnp.asarray(sol.event_mask) & (t_new < horizon)
         seg = (grid >= t) & (grid <= t_new)
         traj = jnp.where(seg[:, None], _split(sol.ys[0])[0], traj)
-        times = times.at[k].set(jnp.where(fired, t_new, jnp.inf))
-        states = states.at[k].set(jnp.where(fired, x_new, jnp.nan))
+        # past the cap the index k == max_triggers is out of range: the write is dropped
+        times = times.at[k].set(jnp.where(fired, t_new, jnp.inf), mode="drop")
+        states = states.at[k].set(jnp.where(fired, x_new, jnp.nan), mode="drop")
         x_next = x_new + nudge * system.field(x_new, controller(params, x_new))
         y_next = jnp.where(fired, jnp.concatenate([x_next, jnp.zeros_like(x_next)]), y_new)
-        escaped = ~(jnp.sqrt(jnp.sum(x_new * x_new)) <= escape_radius)  # also true for nan
+        # the escape check runs at triggers and segment ends, not after the hold segment
+        escaped = with_event & ~(jnp.sqrt(jnp.sum(x_new * x_new)) <= escape_radius)  # nan: true
         done = ~fired | escaped
         k = k + fired.astype(k.dtype)
         return k, t_new, y_next, times, states, traj, ok & solved, done, escaped
@@ -339,14 +346,4 @@ def simulate_etc(
         jnp.zeros((), bool),
     )
     k, t, y, times, states, traj, ok, _, diverged = jax.lax.while_loop(cond, body, init)
-
-    def hold_to_horizon(traj):
-        # trigger cap reached: keep the last control value up to the horizon, no more events
-        sol, _, y_end, solved = segment(t, y, False)
-        traj = jnp.where((grid >= t)[:, None], _split(sol.ys[0])[0], traj)
-        return traj, y_end, solved
-
-    traj, y, solved = jax.lax.cond(
-        (t < horizon) & ~diverged, hold_to_horizon, lambda traj: (traj, y, jnp.ones((), bool)), traj
-    )
-    return ETCTrajectory(times, states, k, grid, traj, _split(y)[0], ok & solved, diverged)
+    return ETCTrajectory(times, states, k, grid, traj, _split(y)[0], ok, diverged)
