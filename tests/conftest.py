@@ -97,6 +97,27 @@ def pytest_collection_modifyitems(config, items):
     items[:] = methods + files  # the long method groups first; the short files fill the gaps
 
 
+def _group_suffix(item) -> str:
+    """The suffix xdist's loadgroup appends to a grouped test's node id ("" if ungrouped)."""
+    groups = sorted(str(m.args[0]) for m in item.iter_markers("xdist_group"))
+    return "@" + "_".join(groups) if groups else ""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    # The scheduler sees each worker's node ids, and under `--dist loadgroup` it groups by the
+    # "@<group>" suffix xdist appends to them (every test here has a group). Some pytest/xdist
+    # pairs drop the suffix silently (pytest 9.2 with xdist 3.8, pytest-dev/pytest-xdist#1386):
+    # then a method's tests run in either worker and compile its programs twice. Fail instead.
+    if node.config.getoption("dist") == "loadgroup":
+        lost = [i for i in ids if "@" not in i]
+        if lost:
+            raise pytest.UsageError(
+                f"--dist loadgroup lost the xdist groups of {len(lost)} tests (e.g. {lost[0]}): "
+                "this pytest / pytest-xdist pair does not group; use the constraints.txt versions."
+            )
+
+
 @pytest.fixture(scope="session")
 def mesh():
     from jaxlab.core.sharding import data_mesh
@@ -110,17 +131,16 @@ def key(request):
     """A PRNG key that differs per test (derived from the test's name), fixed across runs."""
     import zlib
 
-    nodeid = request.node.nodeid
-    groups = sorted(str(m.args[0]) for m in request.node.iter_markers("xdist_group"))
-    suffix = "@" + "_".join(groups)
-    if groups and nodeid.endswith(suffix):  # xdist's loadgroup renames grouped tests
+    nodeid, suffix = request.node.nodeid, _group_suffix(request.node)
+    if suffix and nodeid.endswith(suffix):  # xdist's loadgroup renames grouped tests
         nodeid = nodeid[: -len(suffix)]
     return jax.random.key(zlib.crc32(nodeid.encode()))
 
 
 # ------------------------------------------------------------------ where the suite's time goes
-# JAXLAB_TEST_PROFILE=path: per test, seconds spent tracing, lowering and compiling with XLA, the
-# number of programs compiled and the seconds per jitted function name (from jax.monitoring),
+# JAXLAB_TEST_PROFILE=path: per test, its wall seconds and end time, the seconds spent tracing,
+# lowering and compiling with XLA, the number of programs compiled and the seconds per jitted
+# function name (from jax.monitoring),
 # written per worker as path.<worker>.json. Off by default.
 _PROFILE_PATH = os.environ.get("JAXLAB_TEST_PROFILE")
 _profile: dict[str, dict[str, float]] = {}
@@ -147,8 +167,14 @@ if _PROFILE_PATH:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
+        import time
+
         _current[0] = item.nodeid
+        start = time.perf_counter()
         yield
+        row = _profile.setdefault(item.nodeid, {})
+        row["wall"] = time.perf_counter() - start  # setup + call + teardown
+        row["end"] = time.time()  # when it finished (the workers' timelines)
         _current[0] = "<between tests>"
 
     def pytest_sessionfinish(session):
