@@ -299,7 +299,7 @@ def _time_epochs(cfg: Config, seed: int) -> dict:
     return times
 
 
-def _slope(times: dict) -> float | None:
+def loglog_slope(times: dict) -> float | None:
     """The log-log least-squares slope of seconds per epoch against N (None below two sizes)."""
     if len(times) < 2:
         return None
@@ -324,7 +324,7 @@ def run(config: Config, out_dir: Path) -> dict:
         "mse_new_subject": mean_of("mse_new_subject"),
         "train_seconds": mean_of("train_seconds"),
         "epoch_seconds": times,
-        "loglog_slope": {m: _slope(t) for m, t in times.items()},
+        "loglog_slope": {m: loglog_slope(t) for m, t in times.items()},
         "component_corr": float(np.mean([r["component_corr"] for r in per_seed])),
         "mse_future_diseased": float(np.mean([r["mse_future_diseased"] for r in per_seed])),
         "seeds": seeds,
@@ -374,7 +374,7 @@ def _figures(plots: dict, times: dict, out_dir: Path) -> None:
     fig, ax = plt.subplots(figsize=(4.5, 3.5))
     for m, t in times.items():
         n = [int(k) for k in t]
-        slope = _slope(t)
+        slope = loglog_slope(t)
         label = m if slope is None else f"{m} (slope {slope:.2f})"
         ax.loglog(n, list(t.values()), "o-", label=label)
     ax.set_xlabel("N")
