@@ -173,7 +173,7 @@ def _evaluate(system, controller, event, params, x0s, config: Config) -> dict:
 
 def _violation_rate(condition, params, points) -> float:
     values = jax.jit(jax.vmap(condition, in_axes=(None, 0)))(params, points)
-    return float(np.mean(np.asarray(values) > 0))  # an exact count / n, as jnp.mean gives
+    return float(np.mean(np.asarray(values) > 0))  # count / n, in float64
 
 
 def run(config: Config, out_dir: Path) -> dict:

@@ -311,7 +311,7 @@ def simulate_etc(
         return sol, sol.ts[1][-1], sol.ys[1][-1], solved
 
     def cond(carry):
-        return ~carry[7]
+        return ~carry[7]  # not done
 
     def body(carry):
         # segments with the event until it stops firing or `max_triggers` triggers; after the
@@ -345,5 +345,5 @@ def simulate_etc(
         jnp.zeros((), bool),
         jnp.zeros((), bool),
     )
-    k, t, y, times, states, traj, ok, _, diverged = jax.lax.while_loop(cond, body, init)
+    k, _, y, times, states, traj, ok, _, diverged = jax.lax.while_loop(cond, body, init)
     return ETCTrajectory(times, states, k, grid, traj, _split(y)[0], ok, diverged)
