@@ -10,9 +10,12 @@ from experiments import auctions
 from experiments._runner import Experiment, run_experiment
 
 # Six trainings (UG and aBR at n = 2, 3 and on the asymmetric game), one bandwidth: every code
-# path of the experiment (bandwidth selection, the n sweep, a secondary game, every figure).
+# path of the experiment (bandwidth selection, the n sweep, a secondary game, every figure), with
+# the paper preset's learner (every bidder's values, breakpoint market, binned KDE) and its
+# checkpoint table.
 TINY = dataclasses.replace(
-    auctions.PRESETS["quick"],
+    auctions.PRESETS["paper"],
+    n_seeds=1,
     n_bidders=(2, 3),
     steps=40,
     log_every=10,
@@ -22,6 +25,8 @@ TINY = dataclasses.replace(
     init_steps=10,
     eval_grid=200,
     bandwidths=(0.05,),
+    record_at=(20, 40),
+    tol_supported=0.1,
     secondary=("asymmetric_fp",),
 )
 
@@ -48,7 +53,23 @@ def test_tiny_auctions_run(tmp_path):
             # the selected bandwidth's summary is the one kept per bandwidth
             assert detail["bandwidth"] == 0.05
             kept = metrics["by_bandwidth"][method][n]["0.05"]
-            assert kept == {k: detail[k] for k in ("steps_to_tol", "final_l2", "utility_loss")}
+            keys = ("steps_to_tol", "final_l2", "mean_final_l2", "utility_loss", "supported_l2",
+                    "steps_after_warmup")  # fmt: skip
+            assert kept == {k: detail[k] for k in keys}
+            assert metrics["bandwidth"][method][n] == 0.05
+            # one seed: means are the values; the checkpoint table reads the logged curve
+            assert detail["mean_final_l2"] == detail["final_l2"]
+            assert detail["mean_l2_at"] == {"20": curve[1], "40": curve[3]}
+            assert metrics["mean_l2_at"][method][n] == detail["mean_l2_at"]
+            # the supported region v^(n-1) >= 1e-3 and its L2, steps recomputed from its curve
+            assert detail["supported_lower"] == pytest.approx(1e-3 ** (1 / (int(n) - 1)))
+            sup = np.asarray(detail["supported_l2_curve"])
+            assert metrics["supported_l2"][method][n] == detail["supported_l2"] == sup[-1]
+            after = auctions.steps_after_warmup(sup, 0.1, 10, TINY.init_steps)
+            assert detail["steps_after_warmup"] == after
+            assert metrics["steps_after_warmup"][method][n] == after
+            # for n = 3 the supported region leaves out v < 0.032: its L2 differs from the grid's
+            assert (sup[-1] != curve[-1]) if n == "3" else sup[-1] == pytest.approx(curve[-1], 0.05)
             # the whole-range RMS error is the RMS of the four value quarters' RMS errors (up to
             # the grids' shared end points)
             quarters = np.asarray(detail["final_l2_by_value_quarter"])
@@ -69,6 +90,11 @@ def test_tiny_auctions_run(tmp_path):
         expected = None if s2 is None or s3 is None else s3 / s2
         assert metrics["steps_ratio"][method] == expected
     assert metrics["steps_ratio_n"] == [3, 2]
+    assert metrics["tol_supported"] == 0.1
+    for method in ("ug", "abr"):
+        s2, s3 = (metrics["steps_after_warmup"][method][n] for n in ("2", "3"))
+        expected = None if s2 in (None, 0) or s3 is None else s3 / s2
+        assert metrics["steps_after_warmup_ratio"][method]["3"] == expected
     secondary = metrics["secondary"]
     assert set(secondary) == {"asymmetric_fp"}
     for method in ("ug", "abr"):
@@ -77,7 +103,7 @@ def test_tiny_auctions_run(tmp_path):
     for name in ("report.md", "l2_curves.png", "bid_functions.png", "asymmetric_bids.png"):
         assert (tmp_path / name).exists(), name
     report = (tmp_path / "report.md").read_text()
-    assert "aBR" in report and "asymmetric_fp" in report
+    assert "aBR" in report and "asymmetric_fp" in report and "Official table protocol" in report
 
 
 def test_steps_helpers():
@@ -86,3 +112,13 @@ def test_steps_helpers():
     assert auctions.first_step_below(curve, 0.001, 10) is None
     assert auctions.median_steps([10, None, 30]) == 30
     assert auctions.median_steps([None, None, 30]) is None
+
+
+def test_supported_region_and_post_warmup_steps():
+    assert auctions.supported_lower(2, 1e-3) == pytest.approx(1e-3)
+    assert auctions.supported_lower(10, 1e-3) ** 9 == pytest.approx(1e-3)  # v^(n-1) = 1e-3
+    curve = np.array([0.2, 0.04, 0.2, 0.06, 0.03])  # logged at steps 10, 20, ..., 50
+    assert auctions.steps_after_warmup(curve, 0.05, 10, 0) == 20 - 0
+    assert auctions.steps_after_warmup(curve, 0.05, 10, 30) == 50 - 30  # the step-20 dip is early
+    assert auctions.steps_after_warmup(curve, 0.1, 10, 40) == 0  # below when the warm-up ends
+    assert auctions.steps_after_warmup(curve, 0.01, 10, 0) is None

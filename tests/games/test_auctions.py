@@ -502,6 +502,8 @@ def test_bad_input_raises_clear_errors():
         ("forward_batch", 0),
         ("init_steps", -1),
         ("hidden", (32, 0)),
+        ("ante_bidders", "some"),
+        ("kde_bins_per_bandwidth", 0.0),
     ],
 )
 def test_learner_config_errors_name_the_field(field, value):
@@ -553,3 +555,125 @@ def test_product_estimator_matches_a_known_product_market(key):
     np.testing.assert_allclose(dg, dg_auto, rtol=1e-2, atol=1e-2)
     with pytest.raises(ValueError, match="`opponent_bids` must be"):
         A.product_market_stats(bids, columns, (2,), 0.03)
+
+
+# ------------------------------------------------------------------------ every-bidder protocol
+
+
+KNOT_CASES = (((32, 32), 0.0, 1.0), ((32, 32), 0.2, 0.7), ((8,), 0.0, 1.0))  # hidden, range
+
+
+@jax.jit
+def _knots_and_forward(key):
+    """Per case: the knots, their interpolation and the network's raw output at 20k values."""
+    out = []
+    for i, (hidden, lo, hi) in enumerate(KNOT_CASES):
+        net = A.BidNet(hidden=hidden)
+        k_init, k_val = jax.random.split(jax.random.fold_in(key, i))
+        params = net.init(k_init, jnp.zeros((1,)))
+        values = jax.random.uniform(k_val, (20_000,), minval=lo, maxval=hi)
+        knots, raw = A.bid_knots(net, params, lo, hi)
+        forward = net.apply(params, values, method=A.BidNet.raw)
+        out.append((knots, A.eval_knots(knots, raw, values), forward))
+    return out
+
+
+def test_bid_knots_reproduce_the_relu_network(key):
+    for (knots, interp, forward), (hidden, lo, hi) in zip(
+        _knots_and_forward(key), KNOT_CASES, strict=True
+    ):
+        h1 = hidden[0]
+        size = h1 + 2 + ((h1 + 1) * hidden[1] if len(hidden) == 2 else 0)
+        assert knots.shape == (size,)
+        knots = np.asarray(knots)
+        assert knots[0] == np.float32(lo) and np.all(np.diff(knots) >= 0) and knots[-1] <= hi
+        # exact up to float rounding (without the layer-2 bends the error is 5e-4 to 3e-3 here)
+        np.testing.assert_allclose(interp, forward, atol=2e-6 * (1 + np.abs(forward).max()))
+    with pytest.raises(ValueError, match="1 or 2 hidden layers"):
+        net = A.BidNet(hidden=(4, 4, 4))
+        A.bid_knots(net, net.init(key, jnp.zeros((1,))), 0.0, 1.0)
+
+
+@jax.jit
+def _binned_and_exact(key):
+    market = 0.9 * jnp.max(jax.random.uniform(key, (10_000, 9)), axis=1)
+    bids = jnp.linspace(0.0, 1.0, 257)
+    out = {}
+    for h in (0.02, 0.1):
+        exact = A.kde_market_stats(bids, market, h)
+        binned = [A.binned_kde_market_stats(bids, market, h, int(np.ceil(r / h)) + 1, r)
+                  for r in (8.0, 16.0)]  # fmt: skip
+        out[h] = (exact, binned)
+    coarse = A.binned_kde_market_stats(jnp.array([-1.0, 10.0]), market, 0.02, 20, 16.0)
+    return out, coarse
+
+
+def test_binned_kde_converges_to_the_exact_kde_at_second_order(key):
+    out, coarse = _binned_and_exact(key)
+    for h, (exact, (b8, b16)) in out.items():
+        for name, e, x8, x16 in zip(("G", "g", "dg"), exact, b8, b16, strict=True):
+            scale = float(np.abs(e).max())
+            err8, err16 = (float(np.abs(x - e).max()) / scale for x in (x8, x16))
+            assert err16 < 1e-3, (h, name, err16)  # far below a 10^4-sample KDE's MC error
+            # linear binning is second order in the spacing: halving it quarters the error
+            assert 3.0 < err8 / err16 < 5.0, (h, name, err8, err16)
+    # a grid too small for the span widens its spacing: the binned weights still sum to S
+    np.testing.assert_allclose(coarse[0], [0.0, 1.0], atol=1e-6)
+    with pytest.raises(ValueError, match="`grid_size`"):
+        A.binned_kde_market_stats(jnp.zeros(2), jnp.zeros(3), 0.1, 1)
+
+
+ALL3 = small_config(ante_bidders="all", ante_samples=16, market_samples=512, init_steps=0)
+
+
+@jax.jit
+def _every_bidder_reference(params, key):
+    """Every bidder's u', u'' from first principles, with the learner's key splits."""
+    net = A.BidNet()
+    p0 = jax.tree_util.tree_map(lambda p: p[0], params)
+    k_market, k_ante = jax.random.split(key)
+    values = jax.random.uniform(k_ante, (3, ALL3.ante_samples))
+    market_bids = net.apply(p0, jax.random.uniform(k_market, (ALL3.market_samples, 3)))
+    rows = []
+    for i in range(3):
+        market = jnp.max(jnp.stack([market_bids[:, j] for j in range(3) if j != i], 1), 1)
+        bids = net.apply(p0, values[i])
+        stats = A.kde_market_stats(bids, market, ALL3.bandwidth)
+        rows.append(A.interim_derivatives("fp", bids, values[i], *stats))
+    return values, jnp.stack([r[0] for r in rows]), jnp.stack([r[1] for r in rows])
+
+
+def test_every_bidder_estimate_matches_a_per_bidder_reference(key):
+    exact = compiled(GAME3, ALL3)
+    fast = compiled(GAME3, dataclasses.replace(ALL3, piecewise_market=True,
+                                               kde_bins_per_bandwidth=16.0))  # fmt: skip
+    params = exact.init(key).params
+    k = jax.random.key(11)
+    values, u1, u2 = _every_bidder_reference(params, k)
+    est = exact.estimate(params, k, jnp.int32(5))
+    assert est.u1.shape == (3, ALL3.ante_samples)  # one row per bidder, not per type
+    np.testing.assert_allclose(est.values, values)
+    np.testing.assert_allclose(est.u1, u1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(est.u2, u2, rtol=1e-4, atol=1e-4)
+    quick = fast.estimate(params, k, jnp.int32(5))  # breakpoints + binning: the same numbers
+    np.testing.assert_allclose(quick.u1, u1, atol=2e-3 * float(np.abs(u1).max()))
+    np.testing.assert_allclose(quick.u2, u2, atol=2e-3 * float(np.abs(u2).max()))
+    # the parameter gradient is the mean over all 3 x 16 samples of dL/db db/dtheta
+    grads, est = jax.jit(exact.learner.gradient)(params, k, jnp.int32(5))
+    net = exact.learner.net
+
+    def surrogate(p):  # the single type's network at every bidder's values
+        bids = net.apply(jax.tree_util.tree_map(lambda x: x[0], p), est.values)
+        return jnp.sum(est.bid_grad * bids) / (3 * ALL3.ante_samples)
+
+    ref = jax.jit(jax.grad(surrogate))(params)
+    chex.assert_trees_all_close(grads, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_every_bidder_options_reject_what_they_do_not_support():
+    with pytest.raises(ValueError, match="`ante_bidders='all'` needs `estimator='kde'`"):
+        A.LearnerConfig(ante_bidders="all", estimator="smooth")
+    with pytest.raises(ValueError, match="`kde_bins_per_bandwidth` applies"):
+        A.LearnerConfig(kde_bins_per_bandwidth=16.0, estimator="product_kde")
+    with pytest.raises(ValueError, match="`piecewise_market` needs 1 or 2"):
+        A.LearnerConfig(piecewise_market=True, hidden=(4, 4, 4))
