@@ -100,6 +100,56 @@ def test_vmapped_trigger_times_mix_fired_and_unfired_states():
     np.testing.assert_allclose(single, t1, atol=1e-12)  # batched == one at a time
 
 
+def linear_capped_dt1_dk(k, t):
+    """The implicit-function gradient at a capped time t (no trigger): -(dh/dk) / (dh/dt)."""
+    x, dxdk, xdot = k - (k - 1) * np.exp(t), 1 - np.exp(t), -(k - 1) * np.exp(t)
+    e = 1 - x  # x + e = x(0) = 1 between triggers
+    dhdk = 8 * e * -dxdk - 2 * x * dxdk
+    return -dhdk / (8 * e * -xdot - 2 * x * xdot)
+
+
+@jax.jit
+def _fixed_step_triggers(ks):
+    """The official semantics (3/8-rule RK4, dt = 1e-3, midpoint) with a 100-step cap."""
+    field = E.augmented_field(linear_system(1.0), lambda k, x: -k * x)
+    trig = E.FixedStepTrigger(dt=1e-3, max_steps=100)
+
+    def one(k):
+        return E.first_trigger_time(field, linear_event, jnp.array([1.0]), k, 5.0, trig)
+
+    return jax.vmap(jax.value_and_grad(one, has_aux=True))(ks)
+
+
+def test_fixed_step_trigger_is_the_midpoint_of_the_crossing_step_or_the_cap():
+    (t1, fired), grad = _fixed_step_triggers(LINEAR_KS)
+    exact = linear_t1(LINEAR_KS)  # 0.288, 0.154 (past the 0.1 cap) and 0.065
+    np.testing.assert_array_equal(fired, [False, False, True])
+    # k = 6: the midpoint of the step over which h crosses 0, and the IFT gradient at the
+    # midpoint state, within O(dt) of the exact one
+    np.testing.assert_allclose(t1[2], (np.floor(exact[2] / 1e-3) + 0.5) * 1e-3, atol=1e-12)
+    np.testing.assert_allclose(grad[2], linear_dt1_dk(LINEAR_KS[2]), rtol=2e-2)
+    # k = 2, 3 never trigger: t1 = the cap 0.1 *with* the IFT gradient taken there (official)
+    np.testing.assert_allclose(t1[:2], 0.1, atol=1e-12)
+    np.testing.assert_allclose(grad[:2], linear_capped_dt1_dk(LINEAR_KS[:2], 0.1), rtol=1e-8)
+    with pytest.raises(ValueError, match="`rule`"):
+        E.FixedStepTrigger(rule="rk45")
+    with pytest.raises(ValueError, match="`max_steps`"):
+        E.FixedStepTrigger(max_steps=0)
+
+
+@pytest.mark.parametrize("rule", ["3/8", "classic"])
+def test_fixed_step_rk4_rules_are_fourth_order(rule):
+    import diffrax
+
+    from jaxlab.control.neural_etc.events import _RK4_SOLVERS
+
+    term = diffrax.ODETerm(lambda t, y, args: y)
+    y0 = jnp.ones((), jnp.float64)
+    step = jax.jit(lambda dt: _RK4_SOLVERS[rule]().step(term, 0.0, dt, y0, None, None, False)[0])
+    errors = [abs(float(step(dt)) - np.exp(dt)) for dt in (0.2, 0.1)]
+    assert errors[0] / errors[1] == pytest.approx(32, rel=0.1)  # local error O(dt^5)
+
+
 # ------------------------------------------------------------------------------- networks
 
 CTRL, ICNN = E.Controller(3), E.ICNNLyapunov()

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import diffrax
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optimistix as optx
 from optimistix._solver.bisection import _BisectionState  # state layout of optx.Bisection
 
@@ -46,6 +47,7 @@ YFn = Callable[[jax.Array, Params], jax.Array]
 __all__ = [
     "EVALUATION_SOLVER",
     "ETCTrajectory",
+    "FixedStepTrigger",
     "ODESolverConfig",
     "TRAINING_SOLVER",
     "augmented_field",
@@ -87,6 +89,68 @@ class ODESolverConfig:
 
 TRAINING_SOLVER = ODESolverConfig()
 EVALUATION_SOLVER = ODESolverConfig(rtol=1e-8, atol=1e-8)
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedStepTrigger:
+    """The official training code's first-trigger semantics, as an option of the event solver.
+
+    The augmented ODE is marched with fixed-step RK4 on the grid ``t_k = k dt``. The trigger is
+    put at the **midpoint** ``t_k + dt / 2`` of the first step over which ``h`` rises through 0.
+    This is what a bisection on ``[t_k, t_k + dt]`` stopped at tolerance ``dt`` (0 iterations)
+    returns. With no crossing within ``max_steps`` steps, the cap ``max_steps dt`` is returned
+    **as if it were an event**, and the implicit-function gradient is still taken there (with
+    ``triggered = False``). The state at a midpoint is one RK4 step of ``dt / 2`` from ``t_k``.
+
+    Attributes:
+      dt: the RK4 step (the official 1e-3).
+      max_steps: the step cap (the official 300, so ``t1 <= 0.3``); ``t_max`` lowers it further.
+      rule: ``"3/8"`` (Kutta's 3/8 rule, torchdiffeq's ``rk4`` method) or ``"classic"``.
+    """
+
+    dt: float = 1e-3
+    max_steps: int = 300
+    rule: Literal["3/8", "classic"] = "3/8"
+
+    def __post_init__(self):
+        check_positive(self.dt, "dt")
+        check_int(self.max_steps, "max_steps", minimum=1)
+        if self.rule not in _RK4_TABLEAUS:
+            raise ValueError(f"`rule` must be one of {tuple(_RK4_TABLEAUS)}, got {self.rule!r}.")
+
+
+_RK4_TABLEAUS = {
+    "3/8": diffrax.ButcherTableau(
+        a_lower=(np.array([1 / 3]), np.array([-1 / 3, 1.0]), np.array([1.0, -1.0, 1.0])),
+        b_sol=np.array([1 / 8, 3 / 8, 3 / 8, 1 / 8]),
+        b_error=np.zeros(4),
+        c=np.array([1 / 3, 2 / 3, 1.0]),
+    ),
+    "classic": diffrax.ButcherTableau(
+        a_lower=(np.array([0.5]), np.array([0.0, 0.5]), np.array([0.0, 0.0, 1.0])),
+        b_sol=np.array([1 / 6, 1 / 3, 1 / 3, 1 / 6]),
+        b_error=np.zeros(4),
+        c=np.array([0.5, 0.5, 1.0]),
+    ),
+}
+
+
+class _RK4(diffrax.AbstractERK):
+    """Fourth-order Runge-Kutta for fixed steps (no error estimate); the rule is the tableau."""
+
+    tableau: ClassVar[diffrax.ButcherTableau] = _RK4_TABLEAUS["3/8"]
+    interpolation_cls: ClassVar[Callable] = diffrax.ThirdOrderHermitePolynomialInterpolation.from_k
+
+    def order(self, terms):
+        del terms
+        return 4
+
+
+class _ClassicRK4(_RK4):
+    tableau: ClassVar[diffrax.ButcherTableau] = _RK4_TABLEAUS["classic"]
+
+
+_RK4_SOLVERS = {"3/8": _RK4, "classic": _ClassicRK4}
 
 
 def _split(y: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -190,7 +254,7 @@ def first_trigger_time(
     x0: jax.Array,
     params: Params,
     t_max: float,
-    solver_cfg: ODESolverConfig = TRAINING_SOLVER,
+    solver_cfg: ODESolverConfig | FixedStepTrigger = TRAINING_SOLVER,
     state_gradient_only: bool = False,
 ) -> tuple[jax.Array, jax.Array]:
     """First trigger time ``t1`` from ``(x0, e = 0)``, differentiable in ``params`` (and ``x0``).
@@ -200,6 +264,8 @@ def first_trigger_time(
       x0: ``[n]`` initial state.
       params: parameters passed to ``field`` and ``event``.
       t_max: horizon; without a trigger before it the result is ``t_max``.
+      solver_cfg: :class:`ODESolverConfig` (adaptive Tsit5, exact root, zero gradient without a
+        trigger: the default) or :class:`FixedStepTrigger` (the official semantics).
       state_gradient_only: drop the direct dependence of ``h`` on ``params`` from the gradient
         (keep only ``grad_y h . dy(t1)/dparams``). This is what the official torchdiffeq code
         computes, since ``odeint_event`` gives no gradient to event-function parameters that are
@@ -214,6 +280,8 @@ def first_trigger_time(
     # traced once each, however often diffrax and the root finder call them
     field, event = jax.jit(field), jax.jit(event)
     y0 = jnp.concatenate([x0, jnp.zeros_like(x0)])
+    if isinstance(solver_cfg, FixedStepTrigger):
+        return _fixed_step_trigger(field, event, y0, params, t_max, solver_cfg, state_gradient_only)
     sol = _solve(
         field,
         jax.lax.stop_gradient(y0),
@@ -228,13 +296,51 @@ def first_trigger_time(
     t_stop = jnp.where(triggered, t_hit, t_max)
     # IFT surrogate: an event-free differentiable solve to the (fixed) trigger time
     y_stop = _solve(field, y0, params, 0.0, t_stop, solver_cfg).ys[-1]
+    return _ift_time(field, event, t_stop, y_stop, params, triggered, state_gradient_only), (
+        triggered
+    )
+
+
+def _ift_time(field, event, t_stop, y_stop, params, ok, state_gradient_only):
+    """``t_stop`` with the implicit-function gradient ``-(d h) / (dh/dt)`` where ``ok``."""
     h = event(y_stop, jax.lax.stop_gradient(params) if state_gradient_only else params)
     y_const = jax.lax.stop_gradient(y_stop)
     p_const = jax.lax.stop_gradient(params)
     h_dot = jax.grad(event)(y_const, p_const) @ field(y_const, p_const)
-    ok = triggered & (jnp.abs(h_dot) > 1e-12)
+    ok = ok & (jnp.abs(h_dot) > 1e-12)
     correction = (h - jax.lax.stop_gradient(h)) / jnp.where(ok, h_dot, 1.0)
-    return t_stop - jnp.where(ok, correction, 0.0), triggered
+    return t_stop - jnp.where(ok, correction, 0.0)
+
+
+def _fixed_step_trigger(field, event, y0, params, t_max, trig, state_gradient_only):
+    """:class:`FixedStepTrigger` semantics (see there); one differentiable fixed-step solve."""
+    n = max(1, min(trig.max_steps, int(np.floor(t_max / trig.dt + 1e-9))))
+    dtype = y0.dtype
+    grid = jnp.arange(n + 1, dtype=dtype) * trig.dt
+    term = diffrax.ODETerm(lambda t, y, p: field(y, p))
+    solver = _RK4_SOLVERS[trig.rule]()
+    ys = diffrax.diffeqsolve(
+        term, solver, 0.0, grid[-1], None, y0, args=params,
+        saveat=diffrax.SaveAt(ts=grid), stepsize_controller=diffrax.StepTo(grid),
+        max_steps=n,
+    ).ys  # [n + 1, 2d]: the state on the grid, differentiable in y0 and params  # fmt: skip
+    hs = jax.vmap(event, (0, None))(jax.lax.stop_gradient(ys), jax.lax.stop_gradient(params))
+    rises = (hs[:-1] < 0) & (hs[1:] >= 0)
+    triggered = jnp.any(rises)
+    k = jnp.where(triggered, jnp.argmax(rises), n)
+    half = jnp.where(triggered, 0.5 * trig.dt, 0.0).astype(dtype)
+    t_k = grid[k]
+
+    def half_step(y):  # one RK4 step of size dt/2 (or none at the cap)
+        y1, *_ = solver.step(term, t_k, t_k + half, y, params, None, made_jump=False)
+        return y1
+
+    y_stop = half_step(ys[k])
+    t_stop = t_k + half
+    # the official code takes the event-time gradient at the cap too
+    return _ift_time(field, event, t_stop, y_stop, params, jnp.array(True), state_gradient_only), (
+        triggered
+    )
 
 
 class ETCTrajectory(NamedTuple):

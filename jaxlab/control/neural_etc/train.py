@@ -42,6 +42,7 @@ from jax.sharding import Mesh
 
 from jaxlab.control.neural_etc.events import (
     TRAINING_SOLVER,
+    FixedStepTrigger,
     ODESolverConfig,
     augmented_field,
     check_sigma,
@@ -273,7 +274,7 @@ class Trainer(NamedTuple):
 def make_trainer(
     system: ControlSystem,
     config: ETCConfig,
-    solver_config: ODESolverConfig | None = None,
+    solver_config: ODESolverConfig | FixedStepTrigger | None = None,
     mesh: Mesh | None = None,
 ) -> Trainer:
     """The pure ``init`` / ``step`` functions of ``config.method`` on ``system``.
@@ -281,8 +282,10 @@ def make_trainer(
     Args:
       system: the control-affine system (its ``domain`` is the training box).
       config: the learner's hyperparameters.
-      solver_config: diffrax settings of PI's first-trigger solves (default
-        :data:`~jaxlab.control.neural_etc.events.TRAINING_SOLVER`).
+      solver_config: PI's first-trigger solver: diffrax settings (default
+        :data:`~jaxlab.control.neural_etc.events.TRAINING_SOLVER`: adaptive Tsit5, exact root)
+        or :class:`~jaxlab.control.neural_etc.events.FixedStepTrigger` (the official code's
+        fixed-step RK4 with the midpoint event time and the step cap).
       mesh: optional 1-D ``"data"`` mesh (:func:`jaxlab.core.sharding.data_mesh`): the
         ``n_samples`` training states are sharded across it (``n_samples`` a multiple of the
         device count); ``None`` runs on one device with the same code.
