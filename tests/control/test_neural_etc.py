@@ -287,6 +287,20 @@ def test_controller_vanishes_at_zero_and_is_spectrally_normalised():
     assert np.all(out["mlp_gap"] <= out["pair_gap"] + 1e-9)
 
 
+def test_controller_init_schemes():
+    inits = jax.jit(lambda k: [E.Controller(3, (32, 16), s).init(k, jnp.zeros(3))["params"]
+                               for s in ("torch", "lecun")])(jax.random.key(0))  # fmt: skip
+    for name, fan_in in (("layers_0", 3), ("layers_1", 32), ("layers_2", 16)):
+        torch_layer, lecun_layer = (p[name] for p in inits)
+        bound = 1 / np.sqrt(fan_in)  # PyTorch's default Linear init: U(+-1/sqrt(fan_in))
+        for leaf in (torch_layer["kernel"], torch_layer["bias"]):
+            assert np.all(np.abs(leaf) <= bound) and np.all(leaf != 0), name
+        assert np.abs(torch_layer["kernel"]).max() > 0.8 * bound, name  # >= 48 draws
+        np.testing.assert_array_equal(lecun_layer["bias"], 0.0)  # LeCun-normal, zero bias
+    with pytest.raises(ValueError, match="`controller_init`"):
+        ETCConfig(controller_init="he")
+
+
 def test_class_k_quadrature_and_slope():
     out = net_checks()
     assert out["alpha0"] == 0.0

@@ -18,6 +18,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core.nn import dense_init
+
 __all__ = [
     "ClassK",
     "Controller",
@@ -68,14 +70,21 @@ class ICNNLyapunov(nn.Module):
 
 
 class SpectralDense(nn.Module):
-    """Dense layer whose kernel is divided by its largest singular value (exact, by SVD)."""
+    """Dense layer whose kernel is divided by its largest singular value (exact, by SVD).
+
+    ``init_scheme``: ``"lecun"`` (LeCun-normal kernel, zero bias) or ``"torch"`` (PyTorch's
+    default ``nn.Linear`` init, ``U(+-1/sqrt(fan_in))`` for kernel and bias: the official code);
+    any of :data:`jaxlab.core.nn.INIT_SCHEMES`.
+    """
 
     features: int
+    init_scheme: str = "lecun"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        kernel = self.param("kernel", nn.initializers.lecun_normal(), (x.shape[-1], self.features))
-        bias = self.param("bias", nn.initializers.zeros, (self.features,))
+        inits = dense_init(self.init_scheme, x.shape[-1])
+        kernel = self.param("kernel", inits["kernel_init"], (x.shape[-1], self.features))
+        bias = self.param("bias", inits["bias_init"], (self.features,))
         sigma = jnp.linalg.svd(kernel, compute_uv=False)[0]
         bias = bias.astype(x.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
         return x @ (kernel / sigma).astype(x.dtype) + bias
@@ -89,9 +98,11 @@ class Controller(nn.Module):
 
     control_dim: int
     hidden: tuple[int, ...] = (64, 64)
+    init_scheme: str = "lecun"
 
     def setup(self):
-        self.layers = [SpectralDense(h) for h in (*self.hidden, self.control_dim)]
+        widths = (*self.hidden, self.control_dim)
+        self.layers = [SpectralDense(h, self.init_scheme) for h in widths]
 
     def mlp(self, x: jax.Array) -> jax.Array:
         """The normalised ReLU MLP (1-Lipschitz: every layer has spectral norm 1)."""

@@ -56,7 +56,7 @@ from jaxlab.control.neural_etc.systems import ControlSystem
 from jaxlab.core import sharding
 from jaxlab.core.checkpoint import Checkpointer
 from jaxlab.core.checks import check_choice, check_int, check_positive
-from jaxlab.core.nn import MLP
+from jaxlab.core.nn import INIT_SCHEMES, MLP
 from jaxlab.core.training import ChunkCallback, run_chunked
 
 __all__ = [
@@ -101,6 +101,8 @@ class ETCConfig:
       t_max: cap for first-trigger solves (no trigger -> ``t_max``, masked gradient).
       lyapunov_hidden: widths of the ICNN (MC / PI; the last one is its output, 1).
       controller_hidden: hidden widths of the controller (MC / PI), and of both tanh MLPs (NLC).
+      controller_init: the controller layers' init (MC / PI): ``"lecun"`` (LeCun-normal kernels,
+        zero biases) or ``"torch"`` (PyTorch's default Linear init: the official code).
       alpha_hidden: hidden widths of the class-K function's slope network (MC).
       alpha_grid_max: upper end of the ``1/q`` grid (10 for Lorenz).
       resample: draw a fresh set of ``n_samples`` training states every step instead of
@@ -121,6 +123,7 @@ class ETCConfig:
     t_max: float = 5.0
     lyapunov_hidden: tuple[int, ...] = (64, 1)
     controller_hidden: tuple[int, ...] = (64, 64)
+    controller_init: str = "lecun"
     alpha_hidden: tuple[int, ...] = (10, 10)
     alpha_grid_max: float = 10.0
     resample: bool = False
@@ -128,6 +131,7 @@ class ETCConfig:
 
     def __post_init__(self):
         check_choice(self.method, "method", METHODS)
+        check_choice(self.controller_init, "controller_init", INIT_SCHEMES)
         check_int(self.n_samples, "n_samples", minimum=1)
         check_positive(self.learning_rate, "learning_rate")
         check_positive(self.event_weight, "event_weight", strict=False)
@@ -180,7 +184,7 @@ def make_model(system: ControlSystem, cfg: ETCConfig) -> ETCModel:
             return v_net.apply(p["lyapunov"], x)[0]
     else:
         v_net = ICNNLyapunov(cfg.lyapunov_hidden)
-        u_net = Controller(m, cfg.controller_hidden)
+        u_net = Controller(m, cfg.controller_hidden, cfg.controller_init)
         controller = lambda p, x: u_net.apply(p["controller"], x)
         lyapunov = lambda p, x: v_net.apply(p["lyapunov"], x)
     a_net = ClassK(cfg.alpha_hidden) if cfg.method == "mc" else None
