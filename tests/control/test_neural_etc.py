@@ -127,7 +127,7 @@ def test_fixed_step_trigger_is_the_midpoint_of_the_crossing_step_or_the_cap():
     # k = 6: the midpoint of the step over which h crosses 0, and the IFT gradient at the
     # midpoint state, within O(dt) of the exact one
     np.testing.assert_allclose(t1[2], (np.floor(exact[2] / 1e-3) + 0.5) * 1e-3, atol=1e-12)
-    np.testing.assert_allclose(grad[2], linear_dt1_dk(LINEAR_KS[2]), rtol=2e-2)
+    np.testing.assert_allclose(grad[2], linear_dt1_dk(LINEAR_KS[2]), rtol=2e-3)  # 6e-4 here
     # k = 2, 3 never trigger: t1 = the cap 0.1 *with* the IFT gradient taken there (official)
     np.testing.assert_allclose(t1[:2], 0.1, atol=1e-12)
     np.testing.assert_allclose(grad[:2], linear_capped_dt1_dk(LINEAR_KS[:2], 0.1), rtol=1e-8)

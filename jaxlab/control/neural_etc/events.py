@@ -96,11 +96,15 @@ class FixedStepTrigger:
     """The official training code's first-trigger semantics, as an option of the event solver.
 
     The augmented ODE is marched with fixed-step RK4 on the grid ``t_k = k dt``. The trigger is
-    put at the **midpoint** ``t_k + dt / 2`` of the first step over which ``h`` rises through 0.
-    This is what a bisection on ``[t_k, t_k + dt]`` stopped at tolerance ``dt`` (0 iterations)
-    returns. With no crossing within ``max_steps`` steps, the cap ``max_steps dt`` is returned
-    **as if it were an event**, and the implicit-function gradient is still taken there (with
-    ``triggered = False``). The state at a midpoint is one RK4 step of ``dt / 2`` from ``t_k``.
+    put at the **midpoint** ``t_k + dt / 2`` of the first step over which ``h`` rises through 0,
+    with the state there **linearly interpolated** between ``y_k`` and ``y_{k+1}``. This is what
+    torchdiffeq's fixed-grid event search returns when its bisection stops at tolerance
+    ``dt`` after 0 iterations. (Float rounding of the accumulated time makes the official code
+    run one iteration on some steps, which gives a quarter point instead.) With no crossing
+    within ``max_steps`` steps, the cap ``max_steps dt`` is returned **as if it were an event**,
+    and the implicit-function gradient is still taken there (with ``triggered = False``). The
+    official gradient also drops the event function's own parameters: pass
+    ``state_gradient_only=True``.
 
     Attributes:
       dt: the RK4 step (the official 1e-3).
@@ -328,15 +332,9 @@ def _fixed_step_trigger(field, event, y0, params, t_max, trig, state_gradient_on
     rises = (hs[:-1] < 0) & (hs[1:] >= 0)
     triggered = jnp.any(rises)
     k = jnp.where(triggered, jnp.argmax(rises), n)
-    half = jnp.where(triggered, 0.5 * trig.dt, 0.0).astype(dtype)
-    t_k = grid[k]
-
-    def half_step(y):  # one RK4 step of size dt/2 (or none at the cap)
-        y1, *_ = solver.step(term, t_k, t_k + half, y, params, None, made_jump=False)
-        return y1
-
-    y_stop = half_step(ys[k])
-    t_stop = t_k + half
+    weight = jnp.where(triggered, 0.5, 0.0).astype(dtype)  # the midpoint, or the cap itself
+    t_stop = grid[k] + weight * trig.dt
+    y_stop = (1 - weight) * ys[k] + weight * ys[jnp.minimum(k + 1, n)]  # linear interpolation
     # the official code takes the event-time gradient at the cap too
     return _ift_time(field, event, t_stop, y_stop, params, jnp.array(True), state_gradient_only), (
         triggered
