@@ -197,10 +197,11 @@ def _run(config: Config, out_dir: Path) -> dict:
                        steps=config.mc_steps, **common)  # fmt: skip
     mc, mc_state, secs, _ = _train(system, mc_cfg, key, out_dir=out_dir, tag="mc")
     m = mc.model
-    res = _evaluate(system, m.controller, m.event, mc_state.params, x0s, config)
+    mc_params = m.prepare(mc_state.params)  # spectral norms once, not per controller call
+    res = _evaluate(system, m.controller, m.event, mc_params, x0s, config)
     lie = E.lie_derivative(system, m.controller, m.lyapunov)
     res["violation_rate"] = _violation_rate(
-        lambda p, x: lie(p, x) + m.alpha(p, jnp.sqrt(x @ x)), mc_state.params, points
+        lambda p, x: lie(p, x) + m.alpha(p, jnp.sqrt(x @ x)), mc_params, points
     )
     results["etc_mc"] = {**res, "train_seconds": secs}
 
@@ -211,19 +212,20 @@ def _run(config: Config, out_dir: Path) -> dict:
                        state_gradient_only=config.pi_state_gradient_only, **common)  # fmt: skip
     pi, pi_state, secs, _ = _train(system, pi_cfg, key, out_dir=out_dir, tag="pi")
     m = pi.model
-    res = _evaluate(system, m.controller, m.event, pi_state.params, x0s, config)
+    pi_params = m.prepare(pi_state.params)
+    res = _evaluate(system, m.controller, m.event, pi_params, x0s, config)
     lie = E.lie_derivative(system, m.controller, m.lyapunov)
     res["violation_rate"] = _violation_rate(
-        lambda p, x: lie(p, x) + m.lyapunov(p, x), pi_state.params, points
+        lambda p, x: lie(p, x) + m.lyapunov(p, x), pi_params, points
     )
     results["etc_pi"] = {**res, "train_seconds": secs}
     projected = pi.projected_controller
     event = E.pi_event(system, projected, m.lyapunov, config.sigma)
-    res = _evaluate(system, projected, event, pi_state.params, x0s, config)
+    res = _evaluate(system, projected, event, pi_params, x0s, config)
     lie_p = E.lie_derivative(system, projected, m.lyapunov)
     res["violation_rate"] = _violation_rate(
         lambda p, x: lie_p(p, x) + m.lyapunov(p, x) - 1e-9 * (1 + jnp.abs(m.lyapunov(p, x))),
-        pi_state.params, points,
+        pi_params, points,
     )  # fmt: skip
     results["etc_pi_projected"] = {**res, "train_seconds": secs}
 
@@ -264,8 +266,8 @@ def _run(config: Config, out_dir: Path) -> dict:
     for weight in config.pi_ift_ablation:
         cfg = dataclasses.replace(pi_cfg, event_weight=weight, state_gradient_only=False)
         trainer, state, secs, _ = _train(system, cfg, key, out_dir=out_dir, tag=f"pi_ift{weight}")
-        res = _evaluate(system, trainer.model.controller, trainer.model.event, state.params, x0s,
-                        config)  # fmt: skip
+        res = _evaluate(system, trainer.model.controller, trainer.model.event,
+                        trainer.model.prepare(state.params), x0s, config)  # fmt: skip
         pi_ift[str(weight)] = {k: v for k, v in res.items() if not k.startswith("_")}
         pi_ift[str(weight)]["train_seconds"] = secs
 
@@ -273,8 +275,8 @@ def _run(config: Config, out_dir: Path) -> dict:
     for sigma in config.mc_sigma_ablation:
         cfg = dataclasses.replace(mc_cfg, sigma=sigma)
         trainer, state, secs, _ = _train(system, cfg, key, out_dir=out_dir, tag=f"mc_sigma{sigma}")
-        res = _evaluate(system, trainer.model.controller, trainer.model.event, state.params, x0s,
-                        config)  # fmt: skip
+        res = _evaluate(system, trainer.model.controller, trainer.model.event,
+                        trainer.model.prepare(state.params), x0s, config)  # fmt: skip
         ablation[str(sigma)] = {k: v for k, v in res.items() if not k.startswith("_")}
 
     for name, res in results.items():

@@ -301,6 +301,35 @@ def test_controller_init_schemes():
         ETCConfig(controller_init="he")
 
 
+@jax.jit
+def _prepared_and_raw(key, xs):
+    model = E.make_model(E.lorenz(), ETCConfig(method="pi"))
+    params = model.init(key)
+
+    def total(p, prepare):
+        q = model.prepare(p) if prepare else p
+        return jnp.sum(jax.vmap(lambda x: model.controller(q, x))(xs))
+
+    values = [jax.vmap(lambda x, q=q: model.controller(q, x))(xs)
+              for q in (params, model.prepare(params))]  # fmt: skip
+    return values, [jax.grad(total)(params, flag) for flag in (False, True)], model.prepare(params)
+
+
+def test_prepared_spectral_norms_change_no_value_or_gradient(key):
+    xs = jax.random.uniform(jax.random.key(3), (16, 3), jnp.float64, -10, 10)
+    (raw, prepared), (g_raw, g_prepared), params = _prepared_and_raw(key, xs)
+    sigmas = params["controller"]["spectral"]
+    kernels = params["controller"]["params"]
+    assert set(sigmas) == set(kernels) == {"layers_0", "layers_1", "layers_2"}
+    for name in kernels:  # the stored values are the kernels' largest singular values
+        top = np.linalg.svd(kernels[name]["kernel"])[1][0]
+        np.testing.assert_allclose(sigmas[name]["sigma"], top, rtol=1e-12)
+    np.testing.assert_allclose(prepared, raw, rtol=1e-12, atol=1e-12)
+    for a, b in zip(jax.tree_util.tree_leaves(g_raw), jax.tree_util.tree_leaves(g_prepared),
+                    strict=True):  # fmt: skip
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_class_k_quadrature_and_slope():
     out = net_checks()
     assert out["alpha0"] == 0.0

@@ -53,6 +53,8 @@ from jaxlab.control.neural_etc.models import (
     SpectralDense,
     clenshaw_curtis,
     smooth_relu,
+    spectral_norm,
+    with_spectral_norms,
 )
 from jaxlab.control.neural_etc.projection import lie_derivative, project
 from jaxlab.control.neural_etc.systems import ControlSystem, closed_loop, grn, lorenz
@@ -68,9 +70,6 @@ from jaxlab.control.neural_etc.train import (
 )
 
 __all__ = [
-    "EVALUATION_SOLVER",
-    "LQR",
-    "TRAINING_SOLVER",
     "ClassK",
     "ControlSystem",
     "Controller",
@@ -78,11 +77,14 @@ __all__ = [
     "ETCModel",
     "ETCState",
     "ETCTrajectory",
-    "ICNNLyapunov",
+    "EVALUATION_SOLVER",
     "FixedStepTrigger",
+    "ICNNLyapunov",
+    "LQR",
     "ODESolverConfig",
     "Phase",
     "SpectralDense",
+    "TRAINING_SOLVER",
     "Trainer",
     "augmented_field",
     "clenshaw_curtis",
@@ -101,4 +103,6 @@ __all__ = [
     "run_schedule",
     "simulate_etc",
     "smooth_relu",
+    "spectral_norm",
+    "with_spectral_norms",
 ]

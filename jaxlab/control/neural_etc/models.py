@@ -27,6 +27,8 @@ __all__ = [
     "SpectralDense",
     "clenshaw_curtis",
     "smooth_relu",
+    "spectral_norm",
+    "with_spectral_norms",
 ]
 
 
@@ -75,6 +77,11 @@ class SpectralDense(nn.Module):
     ``init_scheme``: ``"lecun"`` (LeCun-normal kernel, zero bias) or ``"torch"`` (PyTorch's
     default ``nn.Linear`` init, ``U(+-1/sqrt(fan_in))`` for kernel and bias: the official code);
     any of :data:`jaxlab.core.nn.INIT_SCHEMES`.
+
+    The singular value is computed on every call unless the variables carry it in a
+    ``"spectral"`` collection (``{"sigma": []}``, from :func:`with_spectral_norms`): a vector
+    field called thousands of times per ODE solve then does one SVD per layer, not one per call.
+    The value is the same, and gradients flow through it to the kernel either way.
     """
 
     features: int
@@ -85,9 +92,28 @@ class SpectralDense(nn.Module):
         inits = dense_init(self.init_scheme, x.shape[-1])
         kernel = self.param("kernel", inits["kernel_init"], (x.shape[-1], self.features))
         bias = self.param("bias", inits["bias_init"], (self.features,))
-        sigma = jnp.linalg.svd(kernel, compute_uv=False)[0]
+        if self.has_variable("spectral", "sigma"):
+            sigma = self.get_variable("spectral", "sigma")
+        else:
+            sigma = spectral_norm(kernel)
         bias = bias.astype(x.dtype).reshape((1,) * (x.ndim - 1) + (-1,))
         return x @ (kernel / sigma).astype(x.dtype) + bias
+
+
+def spectral_norm(kernel: jax.Array) -> jax.Array:
+    """The largest singular value of ``kernel`` (exact, by SVD; differentiable)."""
+    return jnp.linalg.svd(kernel, compute_uv=False)[0]
+
+
+def with_spectral_norms(variables: dict) -> dict:
+    """``variables`` of a :class:`Controller` plus each layer's ``sigma`` in ``"spectral"``.
+
+    Apply the controller to the result wherever it is called many times with the same
+    parameters (ODE solves): the values are those of ``variables``, each SVD runs once.
+    """
+    sigmas = {name: {"sigma": spectral_norm(layer["kernel"])}
+              for name, layer in variables["params"].items()}  # fmt: skip
+    return {**variables, "spectral": sigmas}
 
 
 class Controller(nn.Module):

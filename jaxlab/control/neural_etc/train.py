@@ -50,7 +50,12 @@ from jaxlab.control.neural_etc.events import (
     mc_event,
     pi_event,
 )
-from jaxlab.control.neural_etc.models import ClassK, Controller, ICNNLyapunov
+from jaxlab.control.neural_etc.models import (
+    ClassK,
+    Controller,
+    ICNNLyapunov,
+    with_spectral_norms,
+)
 from jaxlab.control.neural_etc.projection import lie_derivative, project
 from jaxlab.control.neural_etc.systems import ControlSystem
 from jaxlab.core import sharding
@@ -159,6 +164,10 @@ class ETCModel(NamedTuple):
       alpha: ``alpha(params, r []) -> []`` (MC), else ``None``.
       alpha_slope: ``q(params, r []) -> []``, ``alpha' = q > 0`` (MC), else ``None``.
       event: ``h(y [2n], params) -> []`` on ``y = (x, e)``.
+      prepare: ``prepare(params) -> params`` with the controller's spectral norms computed once
+        (:func:`~jaxlab.control.neural_etc.models.with_spectral_norms`; NLC: the identity). Every
+        function above gives the same values on both; pass prepared parameters to ODE solves,
+        where the controller is evaluated many times (4x faster PI event steps on Lorenz).
     """
 
     init: Callable[[jax.Array], dict]
@@ -167,6 +176,7 @@ class ETCModel(NamedTuple):
     alpha: Callable | None
     alpha_slope: Callable | None
     event: Callable
+    prepare: Callable[[dict], dict]
 
 
 def make_model(system: ControlSystem, cfg: ETCConfig) -> ETCModel:
@@ -213,7 +223,12 @@ def make_model(system: ControlSystem, cfg: ETCConfig) -> ETCModel:
             grad_v = jax.grad(lyapunov, argnums=1)(p, x)
             return grad_v @ system.field(x, controller(p, x + e)) - (1.0 - cfg.sigma) * lie(p, x)
 
-    return ETCModel(init, controller, lyapunov, alpha, alpha_slope, event)
+    def prepare(params):
+        if cfg.method == "nlc":
+            return params
+        return {**params, "controller": with_spectral_norms(params["controller"])}
+
+    return ETCModel(init, controller, lyapunov, alpha, alpha_slope, event, prepare)
 
 
 @struct.dataclass
@@ -348,7 +363,8 @@ def make_trainer(
     def step(state: ETCState, x=None):
         data = batch(state)
 
-        def loss_fn(params):
+        def loss_fn(raw):
+            params = model.prepare(raw)  # one SVD per layer, not one per controller call
             stab = stability(params, data)
             if cfg.method == "mc":
                 extra = alpha_inverse_loss(params)
@@ -363,7 +379,8 @@ def make_trainer(
         starts = state.data[idx]
         data = batch(state)
 
-        def loss_fn(params):
+        def loss_fn(raw):
+            params = model.prepare(raw)  # one SVD per layer, not one per controller call
             stab = stability(params, data)
             t1, fired = jax.vmap(
                 lambda x0: first_trigger_time(
