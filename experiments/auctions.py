@@ -230,8 +230,7 @@ def train(game: A.AuctionGame, cfg: A.LearnerConfig, config: Config, out_dir: Pa
 
 def first_step_below(curve: np.ndarray, tol: float, log_every: int) -> int | None:
     """First logged step with value <= tol (steps counted from 1), or None if never."""
-    hit = np.nonzero(curve <= tol)[0]
-    return int((hit[0] + 1) * log_every) if hit.size else None
+    return steps_after_warmup(curve, tol, log_every, 0)
 
 
 def median_steps(steps: list[int | None]) -> int | None:

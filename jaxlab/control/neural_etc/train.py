@@ -103,7 +103,8 @@ class ETCConfig:
         ignore it).
       event_steps: PI's steps with the event loss, after the warm-up (MC / NLC ignore it).
       event_batch: ``M`` first-trigger solves per PI event step (10).
-      t_max: cap for first-trigger solves (no trigger -> ``t_max``, masked gradient).
+      t_max: cap for first-trigger solves (no trigger -> ``t_max``; masked gradient with the
+        adaptive solver, the IFT gradient at the cap with ``FixedStepTrigger``).
       lyapunov_hidden: widths of the ICNN (MC / PI; the last one is its output, 1).
       controller_hidden: hidden widths of the controller (MC / PI), and of both tanh MLPs (NLC).
       controller_init: the controller layers' init (MC / PI): ``"lecun"`` (LeCun-normal kernels,

@@ -189,6 +189,7 @@ class LearnerConfig:
 
     def __post_init__(self):
         check_choice(self.method, "method", ("ug", "abr"))
+        check_choice(self.estimator, "estimator", ("kde", "product_kde", "smooth"))
         check_choice(self.ante_bidders, "ante_bidders", ("representative", "all"))
         if self.ante_bidders == "all" and self.estimator != "kde":
             raise ValueError(
@@ -201,7 +202,6 @@ class LearnerConfig:
                     "`kde_bins_per_bandwidth` applies to `estimator='kde'`, got "
                     f"estimator={self.estimator!r}."
                 )
-        check_choice(self.estimator, "estimator", ("kde", "product_kde", "smooth"))
         check_choice(self.output, "output", ("abs", "relu", "exp"))
         for name in ("learning_rate", "bandwidth", "temperature", "first_order_tol"):
             check_positive(getattr(self, name), name)
