@@ -82,11 +82,15 @@ def activation_fn(activation: Activation | None, negative_slope: float = 0.01) -
 
 
 def torch_uniform(fan_in: int) -> Callable:
-    """``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``: PyTorch's default Linear/Conv weight and bias."""
+    """``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``: PyTorch's default Linear/Conv weight and bias.
+
+    Without a ``dtype`` the values have the default float type (float64 under ``enable_x64``),
+    like flax's own initializers.
+    """
     bound = 1.0 / float(fan_in) ** 0.5
 
-    def init(key, shape, dtype=jnp.float32):
-        return jax.random.uniform(key, shape, dtype, -bound, bound)
+    def init(key, shape, dtype=None):
+        return jax.random.uniform(key, shape, float if dtype is None else dtype, -bound, bound)
 
     return init
 

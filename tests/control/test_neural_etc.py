@@ -297,6 +297,10 @@ def test_controller_init_schemes():
             assert np.all(np.abs(leaf) <= bound) and np.all(leaf != 0), name
         assert np.abs(torch_layer["kernel"]).max() > 0.8 * bound, name  # >= 48 draws
         np.testing.assert_array_equal(lecun_layer["bias"], 0.0)  # LeCun-normal, zero bias
+    with jax.enable_x64(True):  # both schemes give a float64 model (the torch one was float32)
+        for scheme in ("torch", "lecun"):
+            params = E.Controller(3, (4,), scheme).init(jax.random.key(0), jnp.zeros(3))
+            assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)} == {np.dtype("float64")}
     with pytest.raises(ValueError, match="`controller_init`"):
         ETCConfig(controller_init="he")
 

@@ -141,3 +141,12 @@ def test_torch_uniform_range(key):
     w = torch_uniform(4)(key, (1000,))
     assert float(jnp.min(w)) >= -0.5 and float(jnp.max(w)) <= 0.5
     assert abs(float(jnp.mean(w))) < 0.05
+
+
+def test_torch_uniform_default_dtype_follows_x64(key):
+    # a module's own self.param(name, init, shape) passes no dtype: the values must then have the
+    # default float type, so a float64 model stays float64 (was float32 always)
+    assert torch_uniform(4)(key, (3,)).dtype == jnp.float32
+    assert torch_uniform(4)(key, (3,), jnp.float16).dtype == jnp.float16
+    with jax.enable_x64(True):
+        assert torch_uniform(4)(key, (3,)).dtype == jnp.float64

@@ -59,6 +59,8 @@ from jaxlab.control.neural_etc.models import (
 from jaxlab.control.neural_etc.projection import lie_derivative, project
 from jaxlab.control.neural_etc.systems import ControlSystem, closed_loop, grn, lorenz
 from jaxlab.control.neural_etc.train import (
+    OFFICIAL_PI,
+    OFFICIAL_PI_TRIGGER,
     ETCConfig,
     ETCModel,
     ETCState,
@@ -70,6 +72,8 @@ from jaxlab.control.neural_etc.train import (
 )
 
 __all__ = [
+    "OFFICIAL_PI",
+    "OFFICIAL_PI_TRIGGER",
     "ClassK",
     "ControlSystem",
     "Controller",

@@ -66,6 +66,8 @@ from jaxlab.core.training import ChunkCallback, run_chunked
 
 __all__ = [
     "METHODS",
+    "OFFICIAL_PI",
+    "OFFICIAL_PI_TRIGGER",
     "ETCConfig",
     "ETCModel",
     "ETCState",
@@ -103,6 +105,8 @@ class ETCConfig:
         ignore it).
       event_steps: PI's steps with the event loss, after the warm-up (MC / NLC ignore it).
       event_batch: ``M`` first-trigger solves per PI event step (10).
+      event_replace: draw the ``M`` start states from the ``N`` training states with
+        replacement, fresh each step (the official ``np.random.choice(N, M)``); default without.
       t_max: cap for first-trigger solves (no trigger -> ``t_max``; masked gradient with the
         adaptive solver, the IFT gradient at the cap with ``FixedStepTrigger``).
       lyapunov_hidden: widths of the ICNN (MC / PI; the last one is its output, 1).
@@ -126,6 +130,7 @@ class ETCConfig:
     warmup_steps: int = 500
     event_steps: int = 100
     event_batch: int = 10
+    event_replace: bool = False
     t_max: float = 5.0
     lyapunov_hidden: tuple[int, ...] = (64, 1)
     controller_hidden: tuple[int, ...] = (64, 64)
@@ -144,12 +149,44 @@ class ETCConfig:
         check_sigma(self.sigma)
         for name in ("steps", "warmup_steps", "event_steps"):
             check_int(getattr(self, name), name, minimum=0)
-        cap = self.n_samples if self.method == "pi" else None  # PI draws them without replacement
+        # PI draws its event starts from the training states, without replacement by default
+        cap = self.n_samples if self.method == "pi" and not self.event_replace else None
         check_int(self.event_batch, "event_batch", minimum=1, maximum=cap)
         check_positive(self.t_max, "t_max")
         check_positive(self.alpha_grid_max, "alpha_grid_max")
         for name in ("lyapunov_hidden", "controller_hidden", "alpha_hidden"):
             _check_widths(getattr(self, name), name)
+
+
+OFFICIAL_PI = ETCConfig(
+    method="pi",
+    n_samples=2000,
+    learning_rate=0.05,
+    event_weight=0.05,
+    sigma=0.5,
+    warmup_steps=501,
+    event_steps=99,
+    event_batch=10,
+    event_replace=True,
+    controller_init="torch",
+    resample=False,
+    state_gradient_only=True,
+)
+"""The official ``lorenz/NETC-PI.py`` training of PI; train it with :data:`OFFICIAL_PI_TRIGGER`.
+
+2000 training states drawn once and used full-batch; Adam 0.05; 501 stability-only steps
+(``i = 0 .. 500``) then 99 steps adding ``0.05 mean(1 / t1)`` over 10 start states drawn with
+replacement each step; the event-time gradient without the event function's own parameters;
+PyTorch's default init for the controller (the ICNN's Xavier-normal init is the only one here).
+Not modelled: the official ``t0`` and initial sampling error are ``nn.Parameter`` s that Adam
+moves during the event phase (an artefact of ``.to('cpu')``; they are not saved and are 0 at
+evaluation); its spectral norm is one power iteration per forward call (converged after the
+first ODE solves, so the exact SVD here); its gradient comes from the adjoint ODE on the same
+RK4 grid where ours differentiates the RK4 steps (the two agree to the solver's accuracy).
+"""
+
+OFFICIAL_PI_TRIGGER = FixedStepTrigger(dt=1e-3, max_steps=300, rule="3/8")
+"""The official first-trigger solver for :data:`OFFICIAL_PI` (``make_trainer(solver_config=)``)."""
 
 
 class ETCModel(NamedTuple):
@@ -376,7 +413,7 @@ def make_trainer(
 
     def event_step(state: ETCState, x=None):
         key = jax.random.fold_in(state.key, state.step)
-        idx = jax.random.choice(key, cfg.n_samples, (cfg.event_batch,), replace=False)
+        idx = jax.random.choice(key, cfg.n_samples, (cfg.event_batch,), replace=cfg.event_replace)
         starts = state.data[idx]
         data = batch(state)
 
@@ -412,6 +449,7 @@ def run_schedule(
     chunks: int = 4,
     checkpointer: Callable[[str], Checkpointer | None] | None = None,
     on_chunk: ChunkCallback | None = None,
+    vmap: bool = False,
 ) -> tuple[ETCState, dict[str, dict]]:
     """Run the learner's whole schedule (:attr:`Trainer.phases`) from ``state``.
 
@@ -428,10 +466,13 @@ def run_schedule(
       checkpointer: ``checkpointer(phase_name) -> Checkpointer | None``: periodic checkpoints and
         resume of each phase (``run_chunked``'s ``checkpointer``).
       on_chunk: ``run_chunked``'s host callback, called after every chunk of every phase.
+      vmap: ``state`` holds independent runs along a leading axis (``jax.vmap(trainer.init)``
+        of ``[S]`` keys); every step is ``jax.vmap``-ed over it, one program for all ``S``.
 
     Returns:
       ``(state, metrics)``: ``metrics[phase_name]`` is that phase's metrics dict, leaves NumPy
-      arrays ``[n_steps, ...]`` (phases of 0 steps are absent).
+      arrays ``[n_steps, ...]`` (``[S, n_steps, ...]`` with ``vmap``; phases of 0 steps are
+      absent).
     """
     check_int(chunks, "chunks", minimum=1)
     metrics = {}
@@ -446,5 +487,6 @@ def run_schedule(
             chunk_size=max(1, phase.n_steps // chunks),
             checkpointer=ckpt,
             on_chunk=on_chunk,
+            vmap=vmap,
         )
     return state, metrics
