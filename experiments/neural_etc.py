@@ -51,6 +51,7 @@ import numpy as np
 from experiments import _common
 from jaxlab.control import neural_etc as E
 from jaxlab.control.neural_etc import ETCConfig, make_trainer, run_schedule
+from jaxlab.core.checks import check_choice, check_int
 
 NAME = "neural_etc"
 PAPER = "Yang, Zhang, Zhu, Lin, Neural Event-Triggered Control with Optimal Scheduling (ICML 2025)"
@@ -77,6 +78,12 @@ class Config:
       pi_ift_ablation: lambda_2 values to train PI with the full IFT event-time gradient (full).
       resample: fresh training states every step for every learner.
       pi_state_gradient_only: PI event-time gradient as in the official code.
+      pi_study_rows: the PI training configurations of the ``pi_configs`` study (names in
+        :data:`PI_STUDY_ROWS`); empty skips the study.
+      pi_study_seeds: training seeds per study row (``seed, seed + 1, ...``), vmapped.
+      pi_study_test_states: unselected test states per seed (uniform, key ``seed + 3000``).
+      pi_official_schedule, pi_ours_schedule: (warm-up, event) steps of the official
+        configuration (501, 99) and of ours (200, 20).
     """
 
     seed: int = 0
@@ -104,10 +111,36 @@ class Config:
     pi_ift_ablation: tuple[float, ...] = ()
     resample: bool = True
     pi_state_gradient_only: bool = True
+    pi_study_rows: tuple[str, ...] = ()
+    pi_study_seeds: int = 1
+    pi_study_test_states: int = 10
+    pi_official_schedule: tuple[int, int] = (501, 99)
+    pi_ours_schedule: tuple[int, int] = (200, 20)
 
+    def __post_init__(self):
+        for row in self.pi_study_rows:
+            check_choice(row, "pi_study_rows", PI_STUDY_ROWS)
+        check_int(self.pi_study_seeds, "pi_study_seeds", minimum=1)
+        check_int(self.pi_study_test_states, "pi_study_test_states", minimum=1)
+
+
+# The PI study (``pi_configs``): the official training, ours, and the official one with one of
+# our deviations put back at a time. Rows ending in "_untrained_v" are evaluation variants.
+PI_STUDY_ROWS = (
+    "official",  # OFFICIAL_PI with OFFICIAL_PI_TRIGGER
+    "official_untrained_v",  # official controllers, event function with a fresh ICNN V (table)
+    "official_as_run",  # + the CPU quirk: t0 and e0 of the trigger solves trained by Adam
+    "resample",  # (a) fresh training states every step
+    "schedule",  # (b) our quick schedule (200 warm-up + 20 event steps)
+    "adaptive_trigger",  # (c) adaptive Tsit5 + exact root, t_max 5, no gradient without trigger
+    "lecun_init",  # (d) LeCun-normal controller kernels, zero biases
+    "ours",  # (a)-(d) and event starts without replacement: the quick preset's etc_pi
+)
+
+STABILISED_MSE = 1e-3  # a seed stabilises when its mean late MSE over the test states is below
 
 PRESETS = {
-    "quick": Config(),
+    "quick": Config(pi_study_rows=("official",)),
     "full": Config(
         n_test_states=5,
         pi_warmup=500,
@@ -115,6 +148,8 @@ PRESETS = {
         nlc_steps=600,
         mc_sigma_ablation=(0.3, 0.5, 0.8),
         pi_ift_ablation=(0.005, 0.05),
+        pi_study_rows=PI_STUDY_ROWS,
+        pi_study_seeds=5,
     ),  # fmt: skip
 }
 
@@ -168,6 +203,106 @@ def _evaluate(system, controller, event, params, x0s, config: Config) -> dict:
         "mse_at_10th_trigger": tenth,
         "solver_ok": bool(np.all(np.asarray(traj.ok))),
         "_traj": traj,
+    }
+
+
+def _pi_study_setup(name: str, config: Config):
+    """``(ETCConfig, solver_config)`` of a training row of :data:`PI_STUDY_ROWS`."""
+    warm, event = config.pi_official_schedule
+    official = dataclasses.replace(E.OFFICIAL_PI, warmup_steps=warm, event_steps=event)
+    warm, event = config.pi_ours_schedule
+    ours_schedule = dict(warmup_steps=warm, event_steps=event)
+    trigger = E.OFFICIAL_PI_TRIGGER
+    if name == "official":
+        return official, trigger
+    if name == "official_as_run":
+        return dataclasses.replace(official, train_event_start=True), trigger
+    if name == "resample":
+        return dataclasses.replace(official, resample=True), trigger
+    if name == "schedule":
+        return dataclasses.replace(official, **ours_schedule), trigger
+    if name == "adaptive_trigger":
+        return official, None  # the library default: TRAINING_SOLVER, t_max 5
+    if name == "lecun_init":
+        return dataclasses.replace(official, controller_init="lecun"), trigger
+    assert name == "ours", name
+    ours = dataclasses.replace(official, resample=True, controller_init="lecun",
+                               event_replace=False, **ours_schedule)  # fmt: skip
+    return ours, None
+
+
+def _pi_study(system, config: Config) -> dict:
+    """Train each row on ``pi_study_seeds`` seeds (vmapped) and evaluate every trained controller
+    with its trained V on the same ``pi_study_test_states`` unselected states."""
+    n_seeds, n_states = config.pi_study_seeds, config.pi_study_test_states
+    seeds = config.seed + jnp.arange(n_seeds)
+    keys = jax.vmap(jax.random.key)(seeds)
+    r = system.domain
+    x0s = jax.random.uniform(jax.random.key(config.seed + 3000), (n_states, 3), jnp.float64,
+                             -r, r)  # fmt: skip
+    # every row has the same networks (the init scheme only changes the initial values), so one
+    # compiled simulator serves all of them
+    model = E.make_model(system, E.OFFICIAL_PI)
+
+    def simulate(params, x0):
+        return E.simulate_etc(system, model.controller, model.event, x0, params, config.horizon,
+                              config.max_triggers, config.n_grid,
+                              escape_radius=config.escape_radius)  # fmt: skip
+
+    sim = jax.jit(jax.vmap(jax.vmap(simulate, (None, 0)), (0, None)))
+    trained, rows = {}, {}
+    for name in config.pi_study_rows:
+        base = name.removesuffix("_untrained_v")
+        if base not in trained:
+            cfg, solver = _pi_study_setup(base, config)
+            trainer = make_trainer(system, cfg, solver_config=solver)
+            start = time.perf_counter()
+            state = jax.jit(jax.vmap(trainer.init))(keys)
+            state, _ = run_schedule(trainer, state, chunks=1, vmap=True)
+            params = jax.vmap(trainer.model.prepare)(state.params)
+            params.pop("event_start", None)  # official_as_run: evaluation starts at t = 0, e = 0
+            trained[base] = (jax.block_until_ready(params), time.perf_counter() - start)
+        params, secs = trained[base]
+        if name != base:  # the official table's event function: a fresh, untrained ICNN V
+            fresh = jax.vmap(model.init)(jax.vmap(jax.random.key)(seeds + 369))
+            params = {**params, "lyapunov": fresh["lyapunov"]}
+        start = time.perf_counter()
+        traj = sim(params, x0s)
+        jax.block_until_ready(traj.states)
+        rows[name] = {**_study_metrics(traj, config), "train_seconds": secs,
+                      "eval_seconds": time.perf_counter() - start}  # fmt: skip
+    return {
+        "rows": rows,
+        "test_states": np.asarray(x0s).tolist(),
+        "seeds": np.asarray(seeds).tolist(),
+    }
+
+
+def _study_metrics(traj, config: Config) -> dict:
+    """Triggers, gaps and late MSE of ``[S, K]`` runs (seeds x test states)."""
+    n = np.asarray(traj.n_triggers)
+    times = np.asarray(traj.trigger_times)
+    late = np.asarray(traj.grid[0, 0]) >= config.mse_from
+    # [S, K]; nan for a run that diverged (its states after the escape are nan)
+    mse = np.mean(np.sum(np.asarray(traj.states)[:, :, late] ** 2, axis=-1), axis=-1)
+    gaps = [
+        np.diff(np.concatenate([[0.0], times[s, k, : n[s, k]]]))
+        for s in range(n.shape[0])
+        for k in range(n.shape[1])
+    ]
+    per_seed = mse.mean(axis=1)  # nan if any of the seed's runs diverged
+    return {
+        "triggers_mean": float(n.mean()),
+        "triggers_max": int(n.max()),
+        "min_gap": float(min(g.min() if g.size else config.horizon for g in gaps)),
+        "late_mse": float(per_seed.mean()),
+        "late_mse_median_seed": float(np.median(per_seed)),
+        "stabilised_seeds": int(np.sum(per_seed <= STABILISED_MSE)),
+        "seeds": int(n.shape[0]),
+        "triggers_per_seed": n.mean(axis=1).tolist(),
+        "late_mse_per_seed": per_seed.tolist(),
+        "diverged": int(np.sum(np.asarray(traj.diverged))),
+        "solver_ok": bool(np.all(np.asarray(traj.ok))),
     }
 
 
@@ -295,6 +430,10 @@ def _run(config: Config, out_dir: Path) -> dict:
         metrics["mc_sigma_ablation"] = ablation
     if pi_ift:
         metrics["pi_ift_ablation"] = pi_ift
+    if config.pi_study_rows:
+        study = _pi_study(system, config)
+        metrics["pi_configs"] = study.pop("rows")
+        metrics["pi_study"] = {**study, "stabilised_mse": STABILISED_MSE}
     _report(metrics, config, out_dir)
     return metrics
 
@@ -357,4 +496,22 @@ def _report(metrics: dict, config: Config, out_dir: Path) -> None:
                 [[v, r["triggers"], r["min_inter_event"], r["temporal_mse"]]
                  for v, r in metrics[key].items()],
             ))  # fmt: skip
+    if "pi_configs" in metrics:
+        study = metrics["pi_study"]
+        sections.append(
+            f"PI training configurations (`pi_configs`): {len(study['seeds'])} training seeds "
+            f"{study['seeds']} (vmapped), each evaluated with its trained V on the same "
+            f"{len(study['test_states'])} unselected test states; a seed is stabilised when its "
+            f"mean late MSE is <= {study['stabilised_mse']}. Official schedule "
+            f"{config.pi_official_schedule[0]}+{config.pi_official_schedule[1]}, ours "
+            f"{config.pi_ours_schedule[0]}+{config.pi_ours_schedule[1]}. Trigger counts exclude "
+            "the official evaluator's terminal pseudo-event (add 1 to compare)."
+        )
+        sections.append(_common.markdown_table(
+            ["configuration", "triggers mean", "triggers max", "min gap", "late MSE (mean)",
+             "late MSE (median seed)", "stabilised", "diverged", "train s"],
+            [[name, r["triggers_mean"], r["triggers_max"], r["min_gap"], r["late_mse"],
+              r["late_mse_median_seed"], f"{r['stabilised_seeds']}/{r['seeds']}", r["diverged"],
+              r["train_seconds"]] for name, r in metrics["pi_configs"].items()],
+        ))  # fmt: skip
     _common.write_report(out_dir, "Neural ETC on Lorenz", *sections)

@@ -109,21 +109,24 @@ def linear_capped_dt1_dk(k, t):
 
 
 @jax.jit
-def _fixed_step_triggers(ks):
+def _fixed_step_triggers(ks, e0s):
     """The official semantics (3/8-rule RK4, dt = 1e-3, midpoint) with a 100-step cap."""
     field = E.augmented_field(linear_system(1.0), lambda k, x: -k * x)
     trig = E.FixedStepTrigger(dt=1e-3, max_steps=100)
 
-    def one(k):
-        return E.first_trigger_time(field, linear_event, jnp.array([1.0]), k, 5.0, trig)
+    def one(k, e0):
+        return E.first_trigger_time(field, linear_event, jnp.array([1.0]), k, 5.0, trig, e0=e0)
 
-    return jax.vmap(jax.value_and_grad(one, has_aux=True))(ks)
+    return jax.vmap(jax.value_and_grad(one, has_aux=True))(ks, e0s)
 
 
 def test_fixed_step_trigger_is_the_midpoint_of_the_crossing_step_or_the_cap():
-    (t1, fired), grad = _fixed_step_triggers(LINEAR_KS)
+    # the last start has e0 = 0.6: h(0) = 4 e0^2 - 1 > 0, so its trigger is h's first fall
+    # through 0; with c = 1 + e0 = x + e, x(t) = k c + (1 - k c) e^t reaches 2 c / 3 at t = 0.076
+    ks, e0s = np.append(LINEAR_KS, 0.1), np.array([[0.0], [0.0], [0.0], [0.6]])
+    (t1, fired), grad = _fixed_step_triggers(ks, e0s)
     exact = linear_t1(LINEAR_KS)  # 0.288, 0.154 (past the 0.1 cap) and 0.065
-    np.testing.assert_array_equal(fired, [False, False, True])
+    np.testing.assert_array_equal(fired, [False, False, True, True])
     # k = 6: the midpoint of the step over which h crosses 0, and the IFT gradient at the
     # midpoint state, within O(dt) of the exact one
     np.testing.assert_allclose(t1[2], (np.floor(exact[2] / 1e-3) + 0.5) * 1e-3, atol=1e-12)
@@ -131,6 +134,9 @@ def test_fixed_step_trigger_is_the_midpoint_of_the_crossing_step_or_the_cap():
     # k = 2, 3 never trigger: t1 = the cap 0.1 *with* the IFT gradient taken there (official)
     np.testing.assert_allclose(t1[:2], 0.1, atol=1e-12)
     np.testing.assert_allclose(grad[:2], linear_capped_dt1_dk(LINEAR_KS[:2], 0.1), rtol=1e-8)
+    c = 1.6
+    fall = np.log((2 * c / 3 - 0.1 * c) / (1 - 0.1 * c))
+    np.testing.assert_allclose(t1[3], (np.floor(fall / 1e-3) + 0.5) * 1e-3, atol=1e-12)
     with pytest.raises(ValueError, match="`rule`"):
         E.FixedStepTrigger(rule="rk45")
     with pytest.raises(ValueError, match="`max_steps`"):
@@ -300,7 +306,8 @@ def test_controller_init_schemes():
     with jax.enable_x64(True):  # both schemes give a float64 model (the torch one was float32)
         for scheme in ("torch", "lecun"):
             params = E.Controller(3, (4,), scheme).init(jax.random.key(0), jnp.zeros(3))
-            assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)} == {np.dtype("float64")}
+            dtypes = {leaf.dtype for leaf in jax.tree_util.tree_leaves(params)}
+            assert dtypes == {np.dtype("float64")}, scheme
     with pytest.raises(ValueError, match="`controller_init`"):
         ETCConfig(controller_init="he")
 
@@ -510,8 +517,10 @@ def test_bad_inputs_raise():
 MC = ETCConfig(
     method="mc", n_samples=64, lyapunov_hidden=(8, 1), controller_hidden=(8, 8), alpha_hidden=(4, 4)
 )  # fmt: skip  (the package example's learner)
+# train_event_start: the official t0 / e0 quirk, so the FD check covers their gradients too
 PI = ETCConfig(method="pi", n_samples=64, event_batch=2, event_weight=1.0,
-               lyapunov_hidden=(8, 1), controller_hidden=(8, 8))  # fmt: skip
+               lyapunov_hidden=(8, 1), controller_hidden=(8, 8),
+               train_event_start=True)  # fmt: skip
 PI_SOLVER = E.ODESolverConfig(rtol=1e-10, atol=1e-10, root_tol=1e-12)  # finite differences
 PI_WARMUP = 100
 
@@ -589,6 +598,12 @@ def test_pi_event_step_gradient_matches_finite_differences():
     assert fired == round(fired) and fired >= 1  # the IFT part of the gradient is exercised
     assert float(m["event"]) > 1 / PI.t_max
     assert float(m["loss"]) == pytest.approx(float(m["stab"]) + PI.event_weight * float(m["event"]))
+    # the trained start: the warm-up leaves it at 0 (no gradient); dL/dt0 = -mean 1/t1^2 < 0, so
+    # Adam's first step raises t0 by the learning rate, and e0 moves too
+    start, new_start = warm.params["event_start"], new.params["event_start"]
+    assert float(start["t0"]) == 0.0 and np.all(np.asarray(start["e0"]) == 0.0)
+    assert float(new_start["t0"]) == pytest.approx(PI.learning_rate, rel=1e-6)
+    assert np.any(np.asarray(new_start["e0"]) != 0.0)
     # the gradient, against central differences of the loss
     grad = [np.asarray(g) / (1 - 0.9) for g in jax.tree_util.tree_leaves(new.opt_state[0].mu)]
     along = sum(float(np.vdot(g, d)) for g, d in zip(grad, direction, strict=True))
@@ -621,6 +636,10 @@ def test_trainer_rejects_bad_config():
     with pytest.raises(ValueError, match="`event_batch` must be <= 8"):
         ETCConfig(method="pi", n_samples=8, event_batch=9)
     ETCConfig(method="mc", n_samples=8, event_batch=10)  # only PI draws event starts
+    ETCConfig(method="pi", n_samples=8, event_batch=9, event_replace=True)  # with replacement
+    field = E.augmented_field(linear_system(1.0), lambda k, x: -k * x)
+    with pytest.raises(ValueError, match="`e0` must have the shape"):
+        E.first_trigger_time(field, linear_event, jnp.ones(1), 2.0, 1.0, e0=jnp.zeros(2))
     with pytest.raises(ValueError, match="`rtol`"):
         E.ODESolverConfig(rtol=0.0)
     with pytest.raises(ValueError, match="`max_steps`"):

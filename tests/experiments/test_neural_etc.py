@@ -27,6 +27,11 @@ TINY = dataclasses.replace(
     nlc_steps=4,
     nlc_samples=64,
     n_violation_points=500,
+    # the PI study: one row (it trains "official"), 2 vmapped seeds, warm-up steps only
+    pi_study_rows=("official_untrained_v",),
+    pi_study_seeds=2,
+    pi_study_test_states=2,
+    pi_official_schedule=(2, 0),
 )
 SEED = 3
 
@@ -70,5 +75,15 @@ def test_tiny_neural_etc_run(tmp_path):
     assert metrics["violation_rate"]["lqr_official"] > 0.5  # u = +K x: the official sign error
     x0 = np.asarray(metrics["test_states"][0])
     assert 0 <= metrics["temporal_mse"]["lqr"] < 0.1 * float(x0 @ x0)  # LQR-ETC decays
+    # the PI study's summaries are its per-seed values reduced
+    assert set(metrics["pi_configs"]) == {"official_untrained_v"}
+    row = metrics["pi_configs"]["official_untrained_v"]
+    assert metrics["pi_study"]["seeds"] == [SEED, SEED + 1] and row["seeds"] == 2
+    assert row["triggers_mean"] == np.mean(row["triggers_per_seed"])
+    assert 0 <= row["triggers_mean"] <= row["triggers_max"] <= TINY.max_triggers
+    assert row["late_mse"] == np.mean(row["late_mse_per_seed"])
+    stabilised = sum(m <= neural_etc.STABILISED_MSE for m in row["late_mse_per_seed"])
+    assert row["stabilised_seeds"] == stabilised
+    assert 0 < row["min_gap"] <= TINY.horizon and row["solver_ok"] is True
     for name in ("report.md", "trajectories.png", "inter_event_times.png"):
         assert (tmp_path / name).exists(), name

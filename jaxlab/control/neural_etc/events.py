@@ -260,8 +260,9 @@ def first_trigger_time(
     t_max: float,
     solver_cfg: ODESolverConfig | FixedStepTrigger = TRAINING_SOLVER,
     state_gradient_only: bool = False,
+    e0: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
-    """First trigger time ``t1`` from ``(x0, e = 0)``, differentiable in ``params`` (and ``x0``).
+    """First trigger time ``t1`` from ``(x0, e0)``, differentiable in ``params``, ``x0``, ``e0``.
 
     Args:
       field, event: from :func:`augmented_field` and :func:`pi_event`/:func:`mc_event`.
@@ -274,6 +275,9 @@ def first_trigger_time(
         (keep only ``grad_y h . dy(t1)/dparams``). This is what the official torchdiffeq code
         computes, since ``odeint_event`` gives no gradient to event-function parameters that are
         not in the ODE state (torchdiffeq #208); the default is the full IFT gradient.
+      e0: ``[n]`` initial sampling error (default 0, a fresh sample). With ``e0 != 0``, ``h`` may
+        start positive; the trigger is then its first sign change (as torchdiffeq's event search,
+        which works relative to the initial sign).
 
     Returns:
       ``(t1, triggered)``: ``[]`` time (IFT gradient) and ``[]`` bool.
@@ -283,7 +287,11 @@ def first_trigger_time(
     check_finite(x0, "x0")
     # traced once each, however often diffrax and the root finder call them
     field, event = jax.jit(field), jax.jit(event)
-    y0 = jnp.concatenate([x0, jnp.zeros_like(x0)])
+    if e0 is None:
+        e0 = jnp.zeros_like(x0)
+    elif jnp.shape(e0) != jnp.shape(x0):
+        raise ValueError(f"`e0` must have the shape of `x0` {jnp.shape(x0)}, got {jnp.shape(e0)}.")
+    y0 = jnp.concatenate([x0, jnp.asarray(e0, x0.dtype)])
     if isinstance(solver_cfg, FixedStepTrigger):
         return _fixed_step_trigger(field, event, y0, params, t_max, solver_cfg, state_gradient_only)
     sol = _solve(
@@ -329,9 +337,10 @@ def _fixed_step_trigger(field, event, y0, params, t_max, trig, state_gradient_on
         max_steps=n,
     ).ys  # [n + 1, 2d]: the state on the grid, differentiable in y0 and params  # fmt: skip
     hs = jax.vmap(event, (0, None))(jax.lax.stop_gradient(ys), jax.lax.stop_gradient(params))
-    rises = (hs[:-1] < 0) & (hs[1:] >= 0)
-    triggered = jnp.any(rises)
-    k = jnp.where(triggered, jnp.argmax(rises), n)
+    # the first step whose end has left the initial sign (from e = 0, h starts negative: a rise)
+    flips = (hs[1:] >= 0) != (hs[0] >= 0)
+    triggered = jnp.any(flips)
+    k = jnp.where(triggered, jnp.argmax(flips), n)
     weight = jnp.where(triggered, 0.5, 0.0).astype(dtype)  # the midpoint, or the cap itself
     t_stop = grid[k] + weight * trig.dt
     y_stop = (1 - weight) * ys[k] + weight * ys[jnp.minimum(k + 1, n)]  # linear interpolation

@@ -119,6 +119,13 @@ class ETCConfig:
         fixing them at ``init`` (the official code fixes them; see the module docstring).
       state_gradient_only: PI event-time gradient as the official code computes it (see
         :func:`~jaxlab.control.neural_etc.events.first_trigger_time`); default the full IFT one.
+      train_event_start: PI, the official code as it runs on CPU: its start time ``t0`` and
+        initial sampling error ``e0`` of the first-trigger solves are ``nn.Parameter`` s that
+        Adam trains with the networks (``params["event_start"] = {"t0": [], "e0": [n]}``, both 0
+        at init; the event loss is ``mean 1 / (t0 + t1)`` with ``t1`` solved from
+        ``(x0, e0)``). Since ``dL/dt0 < 0``, Adam raises ``t0`` by about the learning rate per
+        event step, which fades the event loss's gradient. Off by default (a quirk, not the
+        method); evaluation always starts from ``t = 0``, ``e = 0``.
     """
 
     method: Method = "mc"
@@ -139,6 +146,7 @@ class ETCConfig:
     alpha_grid_max: float = 10.0
     resample: bool = False
     state_gradient_only: bool = False
+    train_event_start: bool = False
 
     def __post_init__(self):
         check_choice(self.method, "method", METHODS)
@@ -364,6 +372,10 @@ def make_trainer(
     def init(key) -> ETCState:
         k_params, k_data, k_run = jax.random.split(key, 3)
         params = model.init(k_params)
+        if cfg.method == "pi" and cfg.train_event_start:
+            dtype = jnp.result_type(float)
+            params["event_start"] = {"t0": jnp.zeros((), dtype),
+                                     "e0": jnp.zeros(system.state_dim, dtype)}  # fmt: skip
         shape = (cfg.n_samples, system.state_dim)
         data = jax.random.uniform(k_data, shape, jnp.result_type(float), -box, box)
         data = sharding.constrain_batch(data, mesh)
@@ -420,12 +432,14 @@ def make_trainer(
         def loss_fn(raw):
             params = model.prepare(raw)  # one SVD per layer, not one per controller call
             stab = stability(params, data)
+            start = params.get("event_start", {"t0": 0.0, "e0": None})
             t1, fired = jax.vmap(
                 lambda x0: first_trigger_time(
-                    field, model.event, x0, params, cfg.t_max, solver_cfg, cfg.state_gradient_only
+                    field, model.event, x0, params, cfg.t_max, solver_cfg,
+                    cfg.state_gradient_only, e0=start["e0"],
                 )
-            )(starts)
-            event_loss = jnp.mean(1.0 / t1)
+            )(starts)  # fmt: skip
+            event_loss = jnp.mean(1.0 / (start["t0"] + t1))
             total = stab + cfg.event_weight * event_loss
             return total, {"stab": stab, "event": event_loss, "fired": jnp.mean(fired)}
 
