@@ -27,6 +27,20 @@ code's event-time gradient (``pi_state_gradient_only``: torchdiffeq gives no gra
 event function's own parameters) with its lambda_2 = 0.05; the full preset also trains PI with the
 full implicit-function gradient at lambda_2 in {0.005, 0.05} (``pi_ift_ablation``).
 
+The PI study (``pi_configs``) runs in the full preset: every row of :data:`PI_STUDY_ROWS` on
+5 training seeds ``seed .. seed + 4``, vmapped. It is off in quick, where even one official row
+on one seed would take the run past 3 minutes; any preset can run rows with
+``--set 'pi_study_rows=["official"]'``. The study trains PI with the
+official configuration (:data:`~jaxlab.control.neural_etc.OFFICIAL_PI`: 2000 fixed states,
+501 + 99 steps, event starts drawn with replacement, PyTorch init, first trigger by
+:data:`~jaxlab.control.neural_etc.OFFICIAL_PI_TRIGGER`), with one of our deviations put back
+at a time, and ours; every trained controller is simulated from the same 10 unselected test
+states with its trained V (and, as the official table does, with an untrained V). Per row:
+``triggers_mean`` / ``triggers_max`` over all seeds x states, ``min_gap`` (smallest inter-event
+time, the first interval included), ``late_mse`` (mean over seeds of each seed's mean late
+MSE; null if a run diverged), ``stabilised_seeds`` (seeds with mean late MSE <= 1e-3) and the
+per-seed values.
+
 Metrics per method: ``triggers`` (mean count over test states), ``min_inter_event`` (smallest
 inter-event time over all test states), ``temporal_mse`` (mean ``||x(t)||^2`` on [1.8, 2]),
 ``mse_at_10th_trigger``, ``diverged`` (test states whose run left the ball of radius
@@ -140,7 +154,7 @@ PI_STUDY_ROWS = (
 STABILISED_MSE = 1e-3  # a seed stabilises when its mean late MSE over the test states is below
 
 PRESETS = {
-    "quick": Config(pi_study_rows=("official",)),
+    "quick": Config(),
     "full": Config(
         n_test_states=5,
         pi_warmup=500,
