@@ -96,7 +96,8 @@ class FixedStepTrigger:
     """The official training code's first-trigger semantics, as an option of the event solver.
 
     The augmented ODE is marched with fixed-step RK4 on the grid ``t_k = k dt``. The trigger is
-    put at the **midpoint** ``t_k + dt / 2`` of the first step over which ``h`` rises through 0,
+    put at the **midpoint** ``t_k + dt / 2`` of the first step over which ``h`` rises through 0
+    (leaves its initial sign, when a nonzero initial error ``e0`` makes it start positive),
     with the state there **linearly interpolated** between ``y_k`` and ``y_{k+1}``. This is what
     torchdiffeq's fixed-grid event search returns when its bisection stops at tolerance
     ``dt`` after 0 iterations. (Float rounding of the accumulated time makes the official code
