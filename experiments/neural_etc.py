@@ -199,8 +199,7 @@ def _evaluate(system, controller, event, params, x0s, config: Config) -> dict:
     times = np.asarray(traj.trigger_times)
     grid = np.asarray(traj.grid[0])
     states = np.asarray(traj.states)
-    gaps = [np.diff(np.concatenate([[0.0], times[i, : n[i]]])) for i in range(len(n))]
-    min_gap = [float(g.min()) if g.size else float(config.horizon) for g in gaps]
+    min_gap = _min_gaps(n, times, config.horizon)
     late = grid >= config.mse_from
     tenth = [
         float(np.sum(np.asarray(traj.trigger_states)[i, 9] ** 2)) if n[i] >= 10 else None
@@ -252,8 +251,8 @@ def _pi_study(system, config: Config) -> dict:
     seeds = config.seed + jnp.arange(n_seeds)
     keys = jax.vmap(jax.random.key)(seeds)
     r = system.domain
-    x0s = jax.random.uniform(jax.random.key(config.seed + 3000), (n_states, 3), jnp.float64,
-                             -r, r)  # fmt: skip
+    x0s = jax.random.uniform(jax.random.key(config.seed + 3000), (n_states, system.state_dim),
+                             jnp.float64, -r, r)  # fmt: skip
     # every row has the same networks (the init scheme only changes the initial values), so one
     # compiled simulator serves all of them
     model = E.make_model(system, E.OFFICIAL_PI)
@@ -299,16 +298,11 @@ def _study_metrics(traj, config: Config) -> dict:
     late = np.asarray(traj.grid[0, 0]) >= config.mse_from
     # [S, K]; nan for a run that diverged (its states after the escape are nan)
     mse = np.mean(np.sum(np.asarray(traj.states)[:, :, late] ** 2, axis=-1), axis=-1)
-    gaps = [
-        np.diff(np.concatenate([[0.0], times[s, k, : n[s, k]]]))
-        for s in range(n.shape[0])
-        for k in range(n.shape[1])
-    ]
     per_seed = mse.mean(axis=1)  # nan if any of the seed's runs diverged
     return {
         "triggers_mean": float(n.mean()),
         "triggers_max": int(n.max()),
-        "min_gap": float(min(g.min() if g.size else config.horizon for g in gaps)),
+        "min_gap": min(_min_gaps(n.ravel(), times.reshape(n.size, -1), config.horizon)),
         "late_mse": float(per_seed.mean()),
         "late_mse_median_seed": float(np.median(per_seed)),
         "stabilised_seeds": int(np.sum(per_seed <= STABILISED_MSE)),
@@ -318,6 +312,13 @@ def _study_metrics(traj, config: Config) -> dict:
         "diverged": int(np.sum(np.asarray(traj.diverged))),
         "solver_ok": bool(np.all(np.asarray(traj.ok))),
     }
+
+
+def _min_gaps(n: np.ndarray, times: np.ndarray, horizon: float) -> list[float]:
+    """Smallest inter-event time of each run (``n [R]`` triggers at ``times [R, K]``), the first
+    interval from 0 included; the horizon for a run without triggers."""
+    gaps = [np.diff(np.concatenate([[0.0], t[:k]])) for k, t in zip(n, times, strict=True)]
+    return [float(g.min()) if g.size else float(horizon) for g in gaps]
 
 
 def _violation_rate(condition, params, points) -> float:
