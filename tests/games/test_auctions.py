@@ -594,6 +594,24 @@ def test_bid_knots_reproduce_the_relu_network(key):
         A.bid_knots(net, net.init(key, jnp.zeros((1,))), 0.0, 1.0)
 
 
+def test_eval_knots_is_exact_for_clustered_knots_and_any_cell_count():
+    """The cell table changes the time, never the interval: np.interp is the reference, with
+    20 knots packed into one cell, padding at the upper end, values on knots and cell edges."""
+    rng = np.random.default_rng(0)
+    lo, hi = 0.2, 0.9
+    inner = np.concatenate([rng.uniform(lo, hi, 30), 0.5 + 1e-4 * np.arange(20)])
+    real = np.sort(np.concatenate([[lo], inner, [hi]])).astype(np.float32)
+    raw_real = rng.normal(size=real.size).astype(np.float32)
+    knots = np.concatenate([real, np.full(17, hi, np.float32)])  # padding slots hold `upper`
+    raw = np.concatenate([raw_real, np.full(17, raw_real[-1], np.float32)])
+    edges = lo + (hi - lo) * np.arange(64) / 64
+    values = np.concatenate([rng.uniform(lo, hi, 5000), real, edges, [lo, hi]]).astype(np.float32)
+    expected = np.interp(values.astype(np.float64), real, raw_real)
+    for cells in (1, 3, 64, 2048):
+        got = jax.jit(A.eval_knots, static_argnums=3)(knots, raw, values, cells)
+        np.testing.assert_allclose(got, expected, atol=2e-6, err_msg=f"cells={cells}")
+
+
 @jax.jit
 def _binned_and_exact(key):
     market = 0.9 * jnp.max(jax.random.uniform(key, (10_000, 9)), axis=1)
@@ -605,11 +623,16 @@ def _binned_and_exact(key):
                   for r in (8.0, 16.0)]  # fmt: skip
         out[h] = (exact, binned)
     coarse = A.binned_kde_market_stats(jnp.array([-1.0, 10.0]), market, 0.02, 20, 16.0)
-    return out, coarse
+    # the windowed sum (the default at small h) against the full-grid sum, bids off the grid too
+    wide = jnp.concatenate([bids, jnp.array([-0.5, 0.001, 0.95, 1.5])])
+    window = {h: [A.binned_kde_market_stats(wide, market, h, int(np.ceil(16 / h)) + 1, 16.0,
+                                            reach=r) for r in (6.0, None)]
+              for h in (0.01, 0.02)}  # fmt: skip
+    return out, coarse, window
 
 
 def test_binned_kde_converges_to_the_exact_kde_at_second_order(key):
-    out, coarse = _binned_and_exact(key)
+    out, coarse, window = _binned_and_exact(key)
     for h, (exact, (b8, b16)) in out.items():
         for name, e, x8, x16 in zip(("G", "g", "dg"), exact, b8, b16, strict=True):
             scale = float(np.abs(e).max())
@@ -619,6 +642,13 @@ def test_binned_kde_converges_to_the_exact_kde_at_second_order(key):
             assert 3.0 < err8 / err16 < 5.0, (h, name, err8, err16)
     # a grid too small for the span widens its spacing: the binned weights still sum to S
     np.testing.assert_allclose(coarse[0], [0.0, 1.0], atol=1e-6)
+    for h, (windowed, full) in window.items():  # float rounding apart (terms beyond 6h < 2e-8)
+        for name, x, y in zip(("G", "g", "dg"), windowed, full, strict=True):
+            scale = float(np.abs(y).max())
+            np.testing.assert_allclose(x, y, atol=1e-5 * scale, err_msg=f"h={h} {name}")
+        np.testing.assert_allclose(windowed[0][-4:], [0.0, 0.0, full[0][-2], 1.0], atol=1e-6)
+    with pytest.raises(ValueError, match="`reach`"):
+        A.binned_kde_market_stats(jnp.zeros(2), jnp.zeros(3), 0.1, 4, reach=0.0)
     with pytest.raises(ValueError, match="`grid_size`"):
         A.binned_kde_market_stats(jnp.zeros(2), jnp.zeros(3), 0.1, 1)
 

@@ -29,8 +29,10 @@ output); all bidders of a type share it. One step (Algorithm "stochastic approxi
 Two options make the every-bidder protocol affordable on a CPU without changing its numbers
 beyond float rounding (breakpoints) or a measured ~1e-4 relative error (binning):
 ``piecewise_market`` evaluates the ReLU networks at the ``n S_j`` market values by interpolating
-between their exact breakpoints (:func:`bid_knots`), and ``kde_bins_per_bandwidth`` bins the
-market on a grid of spacing ``h / r`` before the kernel sums.
+between their exact breakpoints (:func:`bid_knots`, looked up through a cell table by
+:func:`eval_knots`), and ``kde_bins_per_bandwidth`` bins the market on a grid of spacing
+``h / r`` before the kernel sums (each bid summing only the grid points within ``6 h`` when
+that is at most half the grid: float rounding apart, the same sums).
 
 Bidder types and seeds are vmapped (types inside the step, seeds with ``jax.vmap`` over whole
 states); the ante-sample axis can be sharded across a mesh (``mesh=``), the market replicated.
@@ -164,8 +166,10 @@ class LearnerConfig:
         (:func:`~jaxlab.games.auctions.market.binned_kde_market_stats`; relative error about
         ``1 / (8 r^2)``; an option for speed, not the paper).
       piecewise_market: evaluate the networks at the ``S_j n`` market values by interpolating
-        between their exact breakpoints (:func:`bid_knots`; equal to the forward pass up to
-        float rounding, about 6x faster for ``(32, 32)``); needs 1 or 2 hidden layers.
+        between their exact breakpoints (:func:`bid_knots`, :func:`eval_knots`; equal to the
+        forward pass up to float rounding; measured 4.8 ms against the forward pass's 65 ms
+        for 5 x 10^5 values of five vmapped ``(32, 32)`` networks); needs 1 or 2 hidden
+        layers.
     """
 
     method: Literal["ug", "abr"] = "abr"
@@ -262,9 +266,10 @@ def bid_knots(net: BidNet, params: dict, lower: float, upper: float) -> tuple[ja
     ``v = -b_1 / w_1`` (``H_1`` points), and between two such points the second layer's
     pre-activations are linear in ``v``, so each bends at most once there (``(H_1 + 1) H_2``
     points). Between consecutive breakpoints the raw output is exactly linear, so
-    :func:`eval_knots` of the returned pair equals ``net.raw`` up to float rounding, at
-    ``O(log K)`` per value instead of a ``1 x H_1 x H_2 x 1`` forward pass (``K = 1090`` for
-    ``(32, 32)``). Unused slots hold ``upper``; the array is sorted and starts at ``lower``.
+    :func:`eval_knots` of the returned pair equals ``net.raw`` up to float rounding, at a few
+    lookups per value instead of a ``1 x H_1 x H_2 x 1`` forward pass (``K = 1090`` slots for
+    ``(32, 32)``; a freshly initialised one has 18 real breakpoints). Unused slots hold ``upper``;
+    the array is sorted and starts at ``lower``.
 
     Args:
       net: the :class:`BidNet` (one or two hidden layers).
@@ -297,14 +302,46 @@ def bid_knots(net: BidNet, params: dict, lower: float, upper: float) -> tuple[ja
     return knots, net.apply(params, knots, method=BidNet.raw)
 
 
-def eval_knots(knots: jax.Array, raw: jax.Array, values: jax.Array) -> jax.Array:
-    """Linear interpolation of ``raw`` at ``knots`` (from :func:`bid_knots`): the raw output."""
-    i = jnp.searchsorted(knots, values, side="right", method="scan_unrolled")  # fastest on CPU
-    i = jnp.clip(i - 1, 0, knots.shape[0] - 2)
-    x0, x1 = knots[i], knots[i + 1]
-    width = x1 - x0
-    t = jnp.where(width > 0, (values - x0) / jnp.where(width > 0, width, 1.0), 0.0)
-    return raw[i] + t * (raw[i + 1] - raw[i])
+def eval_knots(knots: jax.Array, raw: jax.Array, values: jax.Array, cells: int = 2048) -> jax.Array:
+    """Linear interpolation of ``raw`` at ``knots`` (from :func:`bid_knots`): the raw output.
+
+    Exact piecewise-linear evaluation for values in ``[knots[0], knots[-1]]`` without a binary
+    search per value: ``[knots[0], knots[-1])`` is cut into ``cells`` equal cells, a table holds
+    the last knot at or below each cell's left edge (``cells`` searches, not one per value),
+    and each value starts at its cell's entry and steps forward past the knots inside its cell.
+    The number of forward steps is the most knots any cell holds (a ``while`` loop, usually 1
+    or 2; padding knots at ``knots[-1]`` are never stepped past), so the result is the same
+    interval as ``searchsorted`` for any knot spacing; only the time depends on clustering.
+    Five gathers per value instead of about 15, which is what the every-bidder market's
+    ``n S_j`` evaluations per step spend their time on (measured 5x faster under ``vmap``).
+
+    Args:
+      knots: ``[K]`` sorted breakpoints, ``K >= 2``, ``knots[0] < knots[-1]``.
+      raw: ``[K]`` the raw output at the knots.
+      values: any shape.
+      cells: static table size (time only, not the result).
+    """
+    n = knots.shape[0]
+    lo, hi = knots[0], knots[-1]
+    scale = cells / (hi - lo)
+    edges = lo + jnp.arange(cells, dtype=knots.dtype) / scale
+    start = jnp.clip(jnp.searchsorted(knots, edges, side="right") - 1, 0, n - 2)
+    below_hi = jnp.searchsorted(knots, hi, side="left") - 1  # the last knot strictly below hi
+    most_in_a_cell = jnp.max(jnp.diff(jnp.concatenate([start, below_hi[None]])))
+    width = knots[1:] - knots[:-1]
+    slope = jnp.where(width > 0, (raw[1:] - raw[:-1]) / jnp.where(width > 0, width, 1.0), 0.0)
+    table = jnp.stack([knots[:-1], raw[:-1], slope], axis=-1)  # one row gather per value
+
+    cell = jnp.clip(jnp.floor((values - lo) * scale).astype(jnp.int32), 0, cells - 1)
+    i = start[cell]
+    i = jnp.maximum(i - (knots[i] > values), 0)  # a value rounded into the next cell
+
+    def forward(_, i):
+        return jnp.where((i < n - 2) & (knots[jnp.minimum(i + 1, n - 1)] <= values), i + 1, i)
+
+    i = jax.lax.fori_loop(0, most_in_a_cell + 1, forward, i)
+    row = table[i]
+    return row[..., 1] + row[..., 2] * (values - row[..., 0])
 
 
 # ----------------------------------------------------------------------------- state

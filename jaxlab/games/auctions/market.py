@@ -100,6 +100,7 @@ def binned_kde_market_stats(
     grid_size: int,
     bins_per_bandwidth: float = 16.0,
     chunk_size: int = 2048,
+    reach: float | None = 6.0,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
     r""":func:`kde_market_stats` with the market linearly binned first: ``O(B M)``, not ``O(B S)``.
 
@@ -114,6 +115,13 @@ def binned_kde_market_stats(
     percent); the tests measure it. An option, not the paper's estimator: it makes the
     every-bidder protocol (``n`` markets per step) fit on a CPU.
 
+    With ``reach``, each bid sums only the ``2 ceil(reach r) + 1`` grid points within
+    ``reach h`` of it (``r = bins_per_bandwidth``) and adds the total weight below that window
+    to ``G``, when that window is at most half the grid (small ``h``: 193 of 1601 points at
+    ``h = 0.01``). Beyond ``6 h`` a Gaussian term is below ``1.5e-8`` of its peak (and
+    ``Phi(-6) = 1e-9``), under float32 resolution, so the window changes the result by float
+    rounding only (measured: at most 6e-6 of the largest value, the same as reordering the sum).
+
     Args:
       bids: ``[B]``.
       market: ``[S]`` market samples.
@@ -121,7 +129,8 @@ def binned_kde_market_stats(
       grid_size: ``M >= 2``, static (for example ``ceil(bins_per_bandwidth * span / h) + 1``
         for the value span the market is expected to cover).
       bins_per_bandwidth: ``h / d`` at the finest spacing.
-      chunk_size: grid points per chunk.
+      chunk_size: grid points per chunk (the full-grid sum).
+      reach: window half-width in bandwidths (``None``: always sum over the whole grid).
 
     Returns:
       ``(G, g, dg)``, each ``[B]``.
@@ -131,6 +140,8 @@ def binned_kde_market_stats(
         raise ValueError(f"`grid_size` must be >= 2, got {grid_size}.")
     if not bins_per_bandwidth > 0:
         raise ValueError(f"`bins_per_bandwidth` must be > 0, got {bins_per_bandwidth}.")
+    if reach is not None and not reach > 0:
+        raise ValueError(f"`reach` must be > 0 or None, got {reach}.")
     market = jax.lax.stop_gradient(market)
     lo, hi = jnp.min(market), jnp.max(market)
     spacing = jnp.maximum(bandwidth / bins_per_bandwidth, (hi - lo) / (grid_size - 1))
@@ -138,8 +149,34 @@ def binned_kde_market_stats(
     left = jnp.clip(jnp.floor(pos), 0, grid_size - 2).astype(jnp.int32)
     frac = jnp.clip(pos - left, 0.0, 1.0)
     weights = jnp.zeros(grid_size, market.dtype).at[left].add(1.0 - frac).at[left + 1].add(frac)
+    half = None if reach is None else int(math.ceil(reach * bins_per_bandwidth))
+    if half is not None and 2 * (2 * half + 1) <= grid_size:
+        return _windowed_kde(bids, lo, spacing, weights, bandwidth, half, market.size)
     grid = lo + spacing * jnp.arange(grid_size, dtype=market.dtype)
     return _weighted_kde(bids, grid, weights, bandwidth, chunk_size, market.size)
+
+
+def _windowed_kde(bids, lo, spacing, weights, bandwidth, half, total):
+    """The grid KDE summed over the ``2 half + 1`` points nearest each bid.
+
+    Grid points more than ``half`` cells below a bid have ``z >= half d / h >= reach``
+    (``Phi = 1``, ``phi = 0`` to float precision): their weight goes to ``G`` as a cumulative
+    sum; points more than ``half`` cells above contribute nothing."""
+    width = 2 * half + 1
+    padded = jnp.pad(weights, (half, half))  # every window lies inside
+    below = jnp.concatenate([jnp.zeros(1, weights.dtype), jnp.cumsum(padded)])
+    pos = (bids - lo) / spacing
+    centre = jnp.clip(jnp.floor(pos), 0, weights.shape[0] - 1).astype(jnp.int32)
+    # window j of a bid is grid point centre - half + j = padded[centre + j]
+    w = jax.vmap(lambda c: jax.lax.dynamic_slice(padded, (c,), (width,)))(centre)
+    ratio = spacing / bandwidth
+    z = ((pos - centre)[:, None] + (half - jnp.arange(width, dtype=bids.dtype))[None]) * ratio
+    phi = jnp.exp(-0.5 * z * z) * (_INV_SQRT_2PI / bandwidth)
+    cdf = 0.5 * (1.0 + jax.lax.erf(z * (1.0 / math.sqrt(2.0))))
+    G = (below[centre] + jnp.sum(cdf * w, axis=-1)) / total
+    g = jnp.sum(phi * w, axis=-1) / total
+    dg = jnp.sum(-z * phi * w, axis=-1) / (bandwidth * total)
+    return G, g, dg
 
 
 def _check_kde_args(bids, market, bandwidth):
