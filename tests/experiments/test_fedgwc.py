@@ -80,6 +80,11 @@ def test_tiny_fedgwc_run(tmp_path):
         for method in ("fedavg", "ifca", "ifca_plus", "local"):
             assert m["client_updates"][s][method] == R * M, method
         assert m["attempts"][s]["fedgwc"] == [] and m["first_split_round"][s]["fedgwc"] is None
+        for method in E.METHODS:  # splits after the first one, from the attempt records
+            done = sum(bool(a["split_sizes"]) for a in m["attempts"][s][method])
+            expected = None if method == "local" else max(done - 1, 0)
+            assert m["later_splits"][s][method] == expected, method
+            assert (m["ari_first_split"][s][method] is None) == (done == 0), method
         assert m["client_updates"][s]["fedgwc"] == R * M  # one cluster throughout
         assert m["clustering_bytes"][s]["fedgwc"] == R * M * TINY.steps * 4  # float32 losses
         assert m["clustering_bytes"][s]["fedavg"] == 0
