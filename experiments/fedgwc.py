@@ -3,7 +3,10 @@ with different data domains, and leave an IID network alone? Side by side with F
 Oracle and Local.
 
 Run: ``python -m experiments run fedgwc --preset quick`` (S1 and S0, FedAvg and FedGWC, 3000
-rounds each); ``--preset full`` runs every scenario and method (one seed per call; run seeds 0-2).
+rounds each); ``--preset full`` runs every scenario and method (one seed per call; run seeds 0-2);
+``--preset official`` is quick's S1 / S0 with the official client setting (500 samples per client,
+lr 0.01, the loader's shuffled epochs, 16 cluster slots; about 3.5 min for 3000 rounds; add
+``--set rounds=10000`` for the official round count).
 
 Data (spec section 5): digits pixels /16, standardised with training statistics; a stratified
 1437 / 360 train / test split. Each of the ``clients`` clients draws ``samples`` training and
@@ -65,7 +68,9 @@ class Config:
       noise_sigma: the noisy group's pixel-noise SD in ``s1``.
       rounds, chunk: rounds per method and the rounds per jitted chunk (one ``lax.scan``).
       participation, steps, batch_size, lr, hidden: ``m = participation K``; local SGD; the MLP.
-      max_clusters: FedGWC's cluster slots.
+      max_clusters: FedGWC's cluster slots (a split needing more slots than are free is refused).
+      batching: local minibatches, ``"draw"`` (a fresh draw per step) or ``"epoch"`` (the official
+        loader's shuffled epochs; see :class:`jaxlab.federated.fedgwc.LocalConfig`).
     """
 
     seed: int = 0
@@ -83,6 +88,7 @@ class Config:
     lr: float = 0.05
     hidden: tuple[int, ...] = (64,)
     max_clusters: int = 4
+    batching: str = "draw"
 
     def __post_init__(self):
         bad = [s for s in self.scenarios if s not in SCENARIOS]
@@ -95,6 +101,11 @@ class Config:
 PRESETS = {
     "quick": Config(),
     "full": Config(scenarios=SCENARIOS, methods=METHODS),
+    # the official client setting (davedleo/FedGWC config.py and clients.py): 500 samples per
+    # client, lr 0.01, the loader's shuffled epochs (T = 7 steps = one epoch of 7 disjoint
+    # batches), and slots enough that no split is refused (the official code has no cap; each
+    # split makes at most 4 children)
+    "official": Config(samples=500, lr=0.01, max_clusters=16, batching="epoch"),
 }
 
 
@@ -157,8 +168,11 @@ def client_data(name: str, config: Config, rng: np.random.Generator, pools):
 # ---- methods -------------------------------------------------------------------------------------
 
 
-def _gwc_config(config: Config, clusters: int) -> F.FedGWCConfig:
-    local = F.LocalConfig(steps=config.steps, batch_size=config.batch_size, lr=config.lr)
+def gwc_config(config: Config, clusters: int) -> F.FedGWCConfig:
+    """The library config every method of this experiment runs with: ``clusters`` slots, the
+    preset's participation, seed and local training (steps, batch, lr, batching)."""
+    local = F.LocalConfig(steps=config.steps, batch_size=config.batch_size, lr=config.lr,
+                          batching=config.batching)  # fmt: skip
     return F.FedGWCConfig(participation=config.participation, local=local, max_clusters=clusters,
                           seed=config.seed)  # fmt: skip
 
@@ -194,16 +208,16 @@ def run_method(method: str, config: Config, data: F.ClientData, groups, key, cfl
     params = fresh(jax.random.fold_in(key, 1))
     k_train = jax.random.fold_in(key, 2)
     k_clients = config.clients
-    m = _gwc_config(config, 1).clients_per_round(k_clients)
+    m = gwc_config(config, 1).clients_per_round(k_clients)
     out = {"attempts": [], "r_at_split": None, "labels_after_first_split": None,
            "clustering_bytes": 0, "r_end": None}  # fmt: skip
     if method in ("fedavg", "oracle"):
         labels = np.zeros(k_clients, int) if method == "fedavg" else np.asarray(groups)
-        fed = F.make_fedgwc(_gwc_config(config, int(labels.max()) + 1), net.apply, data)
+        fed = F.make_fedgwc(gwc_config(config, int(labels.max()) + 1), net.apply, data)
         state = _run_clusters(fed.fixed_clusters(k_train, params, labels), fed, config.rounds,
                               config.chunk)  # fmt: skip
     elif method == "fedgwc":
-        fed = F.make_fedgwc(_gwc_config(config, config.max_clusters), net.apply, data)
+        fed = F.make_fedgwc(gwc_config(config, config.max_clusters), net.apply, data)
 
         def split(state):
             if not bool(jnp.any(fed.triggered(state))):
@@ -219,7 +233,7 @@ def run_method(method: str, config: Config, data: F.ClientData, groups, key, cfl
         out["r_end"] = np.asarray(state.r)
         out["clustering_bytes"] = int(state.client_updates) * config.steps * 4
     elif method == "cfl":
-        fed = F.make_fedgwc(_gwc_config(config, config.max_clusters), net.apply, data)
+        fed = F.make_fedgwc(gwc_config(config, config.max_clusters), net.apply, data)
         checks = {"n": 0, "norms": []}
 
         def criterion(state):
@@ -248,7 +262,7 @@ def run_method(method: str, config: Config, data: F.ClientData, groups, key, cfl
         state = state.replace(client_updates=state.client_updates + checks["n"] * k_clients)
     elif method in ("ifca", "ifca_plus"):
         k = int(np.max(groups)) + 1 + (2 if method == "ifca_plus" else 0)
-        ifca = F.make_ifca(_gwc_config(config, 1), net.apply, data)
+        ifca = F.make_ifca(gwc_config(config, 1), net.apply, data)
         st = ifca.init(k_train, F.random_inits(fresh, jax.random.fold_in(key, 1), k))
         while int(st.rounds) < config.rounds:
             st = ifca.run_rounds(st, min(config.chunk, config.rounds - int(st.rounds)))
@@ -256,7 +270,7 @@ def run_method(method: str, config: Config, data: F.ClientData, groups, key, cfl
         state = _Assigned(st.params, labels, st.client_updates)
     elif method == "local":
         steps = max(1, round(config.rounds * m / k_clients)) * config.steps
-        fed = F.make_fedgwc(_gwc_config(config, 1), net.apply, data)
+        fed = F.make_fedgwc(gwc_config(config, 1), net.apply, data)
         stack = fed.local_only(params, k_train, steps)
         state = _Assigned(stack, jnp.arange(k_clients), config.rounds * m)
     else:
@@ -287,7 +301,7 @@ def calibrate_cfl(config: Config, pools) -> tuple[F.CFLConfig, dict]:
     data, _, groups = client_data("s0", config, rng, pools)
     net = _model(config.hidden)
     key = jax.random.fold_in(jax.random.key(config.seed), 1000)
-    fed = F.make_fedgwc(_gwc_config(config, 1), net.apply, data)
+    fed = F.make_fedgwc(gwc_config(config, 1), net.apply, data)
     state = fed.fixed_clusters(jax.random.fold_in(key, 2), net.init(key, jnp.zeros((1, 64))),
                                np.zeros(config.clients, int))  # fmt: skip
     every, warmup = max(1, config.rounds // 30), config.rounds // 6
@@ -401,7 +415,7 @@ def run(config: Config, out_dir: Path) -> dict:
     ]  # fmt: skip
     notes = [
         f"{config.rounds} rounds, K = {config.clients}, m = "
-        f"{_gwc_config(config, 1).clients_per_round(config.clients)} clients per cluster per "
+        f"{gwc_config(config, 1).clients_per_round(config.clients)} clients per cluster per "
         "round (FedGWC, Oracle, CFL) or per round (FedAvg, IFCA); Local trains each client "
         "alone for the same expected number of local steps. `ifca` uses k = the true number of "
         "groups, `ifca_plus` k + 2. Oracle's ARI is 1 by construction; Local has no clustering."

@@ -127,3 +127,12 @@ def test_scenarios_groups_noise_and_label_maps():
         np.testing.assert_array_equal(np.sort(perms, axis=1), np.tile(np.arange(10), (K, 1)))
         assert (s == "s4") == bool((perms != np.arange(10)).any())
         np.testing.assert_array_equal(perms[groups == 0], np.tile(np.arange(10), (sizes[s][0], 1)))
+
+
+def test_official_preset_reaches_the_local_config():
+    """The official client setting is wired through to every method's local training."""
+    official = E.PRESETS["official"]
+    local = E.gwc_config(official, official.max_clusters).local
+    assert (local.batching, local.lr, local.steps, local.batch_size) == ("epoch", 0.01, 7, 64)
+    assert official.samples == 500 and official.max_clusters == 16
+    assert E.gwc_config(E.PRESETS["quick"], 4).local.batching == "draw"  # landed figures

@@ -172,6 +172,40 @@ def test_vmapped_round_equals_a_per_client_loop(key):
     jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), new, want)
 
 
+_EPOCH_ROWS = jax.jit(jax.vmap(F.epoch_batch, in_axes=(None, None, None, None, 0)),
+                      static_argnums=(2, 3))  # fmt: skip
+EPOCH_CFG = dataclasses.replace(CFG, steps=5, batching="epoch")
+
+
+def test_epoch_batches_walk_one_shuffle_and_reshuffle(key):
+    """The official loader (shuffle, drop_last, a fresh iterator per local training): with 500
+    rows and batch 64 the 7 steps of an epoch are disjoint and skip the last 52 rows of the
+    shuffle; step 7 starts a new shuffle; padding rows (>= count) are never read."""
+    rows = np.asarray(_EPOCH_ROWS(key, 500, 520, 64, jnp.arange(14)))
+    assert rows.shape == (14, 64) and rows.max() < 500
+    first, second = rows[:7].ravel(), rows[7:].ravel()
+    assert len(set(first)) == 448 and len(set(second)) == 448  # one epoch each, disjoint batches
+    assert not np.array_equal(first, second)  # a new shuffle
+    small = np.asarray(_EPOCH_ROWS(key, 100, 120, 64, jnp.arange(3)))  # one batch per epoch
+    assert small.max() < 100 and all(len(set(r)) == 64 for r in small)
+    assert not np.array_equal(small[0], small[1])
+    # local_train's epoch mode = local_step on those rows, shuffle key fold_in(key, tag)
+    params, data = problem(key, n=12)
+    x, y, count, noise = _host((data.x[0], data.y[0], data.count[0], data.noise[0]))
+    k = jax.random.key(3)
+    got_params, got = _LOCAL(NET.apply, params, x, y, count, noise, k, EPOCH_CFG)
+    p, s, want = params, EPOCH_CFG.optimizer().init(params), []
+    shuffle = jax.random.fold_in(k, F.rounds._EPOCH_STREAM)
+    for t, kt in enumerate(jax.random.split(k, EPOCH_CFG.steps)):
+        r = F.epoch_batch(shuffle, count, y.shape[0], EPOCH_CFG.batch_size, t)
+        p, s, loss = F.local_step(NET.apply, p, s, x, y, count, noise, kt, EPOCH_CFG, r)
+        want.append(loss)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), got_params, p)
+    with pytest.raises(ValueError, match="batching"):
+        F.LocalConfig(batching="epochs")
+
+
 def test_fedavg_identities(key):
     params = _host(problem(key)[0])
     stack = jax.tree_util.tree_map(lambda a: np.stack([a, 2 * a, -a]), params)

@@ -87,6 +87,7 @@ from jaxlab.federated.fedgwc.interaction import (
 from jaxlab.federated.fedgwc.rounds import (
     ClientData,
     LocalConfig,
+    epoch_batch,
     fedavg,
     federated_round,
     local_step,
@@ -122,6 +123,7 @@ __all__ = [
     "ifca_run",
     "init",
     "local_only",
+    "epoch_batch",
     "local_step",
     "local_train",
     "make_fedgwc",

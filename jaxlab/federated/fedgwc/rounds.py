@@ -7,11 +7,14 @@ counts, a round's ``S`` client slots carry a mask (a cluster smaller than ``m`` 
 client sampling is Gumbel-top-k over masked scores (uniform without replacement among members).
 
 Local training follows the official client: ``T`` steps of SGD (weight decay added to the gradient,
-optional momentum) on minibatches of ``batch_size`` drawn without replacement from the client's
-samples, one fresh draw per step. (The official loader reshuffles every epoch and drops the last
-incomplete batch; with ``n_k < 2 b``, as in the spec's 100 samples and batch 64, an epoch is one
-batch, so the two agree.) "Noise" clients add fresh Gaussian pixel noise of their own SD to every
-minibatch they read, as the official loader does on every access.
+optional momentum) on minibatches of ``batch_size``. ``LocalConfig.batching`` picks how they are
+drawn: ``"draw"`` (one fresh draw without replacement per step) or ``"epoch"`` (the official
+loader: ``shuffle=True, drop_last=True``, a fresh iterator every local training, so the ``T``
+steps walk consecutive batches of one shuffle of the client's rows and reshuffle when an epoch of
+``floor(n_k / b)`` batches runs out). With ``n_k < 2 b``, as in the spec's 100 samples and batch
+64, an epoch is one batch and the two have the same law; with the official 500 samples, ``T = 7``
+is exactly one epoch of 7 disjoint batches. "Noise" clients add fresh Gaussian pixel noise of
+their own SD to every minibatch they read, as the official loader does on every access.
 
 The model is any ``apply_fn(params, x [B, d]) -> logits [B, classes]``; the spec's digits
 classifier is ``jaxlab.core.nn.MLP((64, 10))`` (``64 -> 64 -> 10``, ReLU).
@@ -29,11 +32,18 @@ from flax import struct
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding
-from jaxlab.core.checks import check_in_range, check_int, check_positive, is_concrete
+from jaxlab.core.checks import (
+    check_choice,
+    check_in_range,
+    check_int,
+    check_positive,
+    is_concrete,
+)
 
 __all__ = [
     "ClientData",
     "LocalConfig",
+    "epoch_batch",
     "fedavg",
     "federated_round",
     "local_step",
@@ -54,6 +64,8 @@ class LocalConfig:
       lr: SGD step size (> 0).
       weight_decay: L2 coefficient added to the gradient, PyTorch-style (>= 0).
       momentum: SGD momentum in ``[0, 1)`` (0: plain SGD).
+      batching: ``"draw"`` (a fresh without-replacement draw per step) or ``"epoch"`` (the
+        official loader's shuffled epochs without the last incomplete batch; module docstring).
     """
 
     steps: int = 7
@@ -61,8 +73,10 @@ class LocalConfig:
     lr: float = 0.01
     weight_decay: float = 4e-4
     momentum: float = 0.0
+    batching: str = "draw"
 
     def __post_init__(self):
+        check_choice(self.batching, "batching", ("draw", "epoch"))
         check_int(self.steps, "steps", minimum=1)
         check_int(self.batch_size, "batch_size", minimum=1)
         check_positive(self.lr, "lr")
@@ -130,16 +144,44 @@ def sample_clients(key: jax.Array, members: jax.Array, m: int) -> tuple[jax.Arra
     return idx, jnp.isfinite(top)
 
 
+_EPOCH_STREAM = 0x45504F43  # fold_in tag of the epoch shuffles, apart from the step keys
+
+
+def _shuffled_rows(key, count, n_max):
+    """The first ``count`` of ``n_max`` rows in a uniformly random order, then the padding."""
+    scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(key, (n_max,)), 2.0)
+    return jnp.argsort(scores)
+
+
+def epoch_batch(key: jax.Array, count, n_max: int, batch_size: int, step) -> jax.Array:
+    """Rows of local step ``step`` under the official loader (``shuffle=True, drop_last=True``,
+    a new iterator per local training): epoch ``e = step // E`` with ``E = max(count // b, 1)``
+    batches uses the shuffle ``fold_in(key, e)`` and this step takes its batch ``step % E``."""
+    per_epoch = jnp.maximum(count // batch_size, 1)
+    order = _shuffled_rows(jax.random.fold_in(key, step // per_epoch), count, n_max)
+    return jax.lax.dynamic_slice(order, ((step % per_epoch) * batch_size,), (batch_size,))
+
+
 def local_step(
-    apply_fn: Callable, params, opt_state, x, y, count, noise, key, config: LocalConfig
+    apply_fn: Callable,
+    params,
+    opt_state,
+    x,
+    y,
+    count,
+    noise,
+    key,
+    config: LocalConfig,
+    rows: jax.Array | None = None,
 ) -> tuple[object, object, jax.Array]:
-    """One local SGD step on one client: a minibatch of ``config.batch_size`` rows drawn without
-    replacement among the first ``count`` rows of ``x [n_max, d]`` / ``y [n_max]``, fresh input
-    noise of SD ``noise``; returns ``(params, opt_state, minibatch loss)``."""
+    """One local SGD step on one client: a minibatch of ``config.batch_size`` rows among the
+    first ``count`` rows of ``x [n_max, d]`` / ``y [n_max]`` (``rows`` if given, else drawn without
+    replacement from ``key``), fresh input noise of SD ``noise``; returns ``(params, opt_state,
+    minibatch loss)``."""
     n_max = y.shape[0]
     k_batch, k_noise = jax.random.split(key)
-    scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(k_batch, (n_max,)), 2.0)
-    rows = jnp.argsort(scores)[: config.batch_size]
+    if rows is None:
+        rows = _shuffled_rows(k_batch, count, n_max)[: config.batch_size]
     xb = x[rows] + noise * jax.random.normal(k_noise, (config.batch_size, x.shape[-1]))
 
     def loss_fn(p):
@@ -158,16 +200,23 @@ def local_train(
     ``t``) on one client; returns ``(params, losses [T])``.
 
     ``x [n_max, d]``, ``y [n_max]``, ``count`` real rows, ``noise`` SD of the fresh input noise.
+    With ``config.batching == "epoch"`` the rows come from :func:`epoch_batch` with the shuffle
+    key ``fold_in(key, _EPOCH_STREAM)`` (the step keys then only draw the noise).
     """
+    epoch_key = jax.random.fold_in(key, _EPOCH_STREAM)
 
-    def step(carry, k):
+    def step(carry, inputs):
         p, s = carry
-        p, s, loss = local_step(apply_fn, p, s, x, y, count, noise, k, config)
+        k, t = inputs
+        rows = None
+        if config.batching == "epoch":
+            rows = epoch_batch(epoch_key, count, y.shape[0], config.batch_size, t)
+        p, s, loss = local_step(apply_fn, p, s, x, y, count, noise, k, config, rows)
         return (p, s), loss
 
     keys = jax.random.split(key, config.steps)
     init = (params, config.optimizer().init(params))
-    (params, _), losses = jax.lax.scan(step, init, keys)
+    (params, _), losses = jax.lax.scan(step, init, (keys, jnp.arange(config.steps)))
     return params, losses
 
 
