@@ -227,13 +227,12 @@ def _final_evaluation(game, learner, cfg: A.LearnerConfig, config: Config, cache
 
     It uses only the learner's market sampler and bid network, which depend on the game and on
     the fields in the key below, not on the method, bandwidth or step rule; with a ``cache``
-    the ten (method, bandwidth) runs of one ``n`` compile it once, not ten times (about 2 s
-    each at n = 10).
+    the ten (method, bandwidth) runs of one ``n`` compile it once, not ten times.
     """
-    key = (game, cfg.market_samples, cfg.piecewise_market, cfg.forward_batch, cfg.hidden,
-           cfg.output, config.eval_grid)  # fmt: skip
-    if cache is not None and key in cache:
-        return cache[key]
+    cache_key = (game, cfg.market_samples, cfg.piecewise_market, cfg.forward_batch, cfg.hidden,
+                 cfg.output, config.eval_grid)  # fmt: skip
+    if cache is not None and cache_key in cache:
+        return cache[cache_key]
     bnes = game.bne()
 
     def utility_loss(params, key):
@@ -256,7 +255,7 @@ def _final_evaluation(game, learner, cfg: A.LearnerConfig, config: Config, cache
 
     evaluate = jax.jit(jax.vmap(lambda p, k: (utility_loss(p, k), band_l2(p))))
     if cache is not None:
-        cache[key] = evaluate
+        cache[cache_key] = evaluate
     return evaluate
 
 
