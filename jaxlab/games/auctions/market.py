@@ -171,8 +171,7 @@ def _windowed_kde(bids, lo, spacing, weights, bandwidth, half, total):
     w = jax.vmap(lambda c: jax.lax.dynamic_slice(padded, (c,), (width,)))(centre)
     ratio = spacing / bandwidth
     z = ((pos - centre)[:, None] + (half - jnp.arange(width, dtype=bids.dtype))[None]) * ratio
-    phi = jnp.exp(-0.5 * z * z) * (_INV_SQRT_2PI / bandwidth)
-    cdf = 0.5 * (1.0 + jax.lax.erf(z * (1.0 / math.sqrt(2.0))))
+    cdf, phi = _kernel_terms(z, bandwidth)
     G = (below[centre] + jnp.sum(cdf * w, axis=-1)) / total
     g = jnp.sum(phi * w, axis=-1) / total
     dg = jnp.sum(-z * phi * w, axis=-1) / (bandwidth * total)
@@ -188,6 +187,14 @@ def _check_kde_args(bids, market, bandwidth):
         raise ValueError(f"`bandwidth` must be > 0, got {bandwidth}.")
 
 
+def _kernel_terms(z, bandwidth):
+    """``(Phi(z), phi(z) / h)``: the Gaussian CDF and the density kernel at ``z = (b - x) / h``
+    (``g'`` uses ``-z phi(z) / h^2``)."""
+    phi = jnp.exp(-0.5 * z * z) * (_INV_SQRT_2PI / bandwidth)
+    cdf = 0.5 * (1.0 + jax.lax.erf(z * (1.0 / math.sqrt(2.0))))
+    return cdf, phi
+
+
 def _weighted_kde(bids, points, weights, bandwidth, chunk_size, total):
     """``(1 / total) sum_j w_j (Phi(z_j), phi(z_j) / h, -z_j phi(z_j) / h^2)``, where
     ``z_j = (b - x_j) / h``."""
@@ -195,8 +202,7 @@ def _weighted_kde(bids, points, weights, bandwidth, chunk_size, total):
     def sums(chunk, mask):
         x, w = chunk
         z = (bids[:, None] - x[None, :]) / bandwidth  # [B, K]
-        phi = jnp.exp(-0.5 * z * z) * (_INV_SQRT_2PI / bandwidth)
-        cdf = 0.5 * (1.0 + jax.lax.erf(z * (1.0 / math.sqrt(2.0))))
+        cdf, phi = _kernel_terms(z, bandwidth)
         w = w * mask
         return (cdf @ w, phi @ w, (-z * phi) @ w / bandwidth)
 
