@@ -5,7 +5,7 @@ Oracle and Local.
 Run: ``python -m experiments run fedgwc --preset quick`` (S1 and S0, FedAvg and FedGWC, 3000
 rounds each); ``--preset full`` runs every scenario and method (one seed per call; run seeds 0-2);
 ``--preset official`` is quick's S1 / S0 with the official client setting (500 samples per client,
-lr 0.01, the loader's shuffled epochs, 16 cluster slots; about 3.5 min for 3000 rounds; add
+lr 0.01, the loader's shuffled epochs, 16 cluster slots; 3.6-4.1 min for 3000 rounds; add
 ``--set rounds=10000`` for the official round count).
 
 Data (spec section 5): digits pixels /16, standardised with training statistics; a stratified
