@@ -189,19 +189,25 @@ def test_epoch_batches_walk_one_shuffle_and_reshuffle(key):
     small = np.asarray(_EPOCH_ROWS(key, 100, 120, 64, jnp.arange(3)))  # one batch per epoch
     assert small.max() < 100 and all(len(set(r)) == 64 for r in small)
     assert not np.array_equal(small[0], small[1])
-    # local_train's epoch mode = local_step on those rows, shuffle key fold_in(key, tag)
+    # local_train (batches drawn up front) = local_step step by step with the keys split(key, T):
+    # epoch mode on epoch_batch's rows (shuffle key fold_in(key, tag)), draw mode on its own draws
     params, data = problem(key, n=12)
-    x, y, count, noise = _host((data.x[0], data.y[0], data.count[0], data.noise[0]))
+    x, y, count, noise = _host((data.x[-1], data.y[-1], data.count[-1], data.noise[-1]))
+    assert noise > 0  # a noisy client: the noise draws are compared too
     k = jax.random.key(3)
-    got_params, got = _LOCAL(NET.apply, params, x, y, count, noise, k, EPOCH_CFG)
-    p, s, want = params, EPOCH_CFG.optimizer().init(params), []
-    shuffle = jax.random.fold_in(k, F.rounds._EPOCH_STREAM)
-    for t, kt in enumerate(jax.random.split(k, EPOCH_CFG.steps)):
-        r = F.epoch_batch(shuffle, count, y.shape[0], EPOCH_CFG.batch_size, t)
-        p, s, loss = F.local_step(NET.apply, p, s, x, y, count, noise, kt, EPOCH_CFG, r)
-        want.append(loss)
-    np.testing.assert_allclose(got, want, rtol=1e-5)
-    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), got_params, p)
+    for cfg in (EPOCH_CFG, dataclasses.replace(EPOCH_CFG, batching="draw")):
+        got_params, got = _LOCAL(NET.apply, params, x, y, count, noise, k, cfg)
+        p, s, want = params, cfg.optimizer().init(params), []
+        shuffle = jax.random.fold_in(k, F.rounds._EPOCH_STREAM)
+        for t, kt in enumerate(jax.random.split(k, cfg.steps)):
+            r = None
+            if cfg.batching == "epoch":
+                r = F.epoch_batch(shuffle, count, y.shape[0], cfg.batch_size, t)
+            p, s, loss = F.local_step(NET.apply, p, s, x, y, count, noise, kt, cfg, r)
+            want.append(loss)
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+                               got_params, p)  # fmt: skip
     with pytest.raises(ValueError, match="batching"):
         F.LocalConfig(batching="epochs")
 

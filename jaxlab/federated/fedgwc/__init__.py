@@ -90,9 +90,11 @@ from jaxlab.federated.fedgwc.rounds import (
     epoch_batch,
     fedavg,
     federated_round,
+    local_batches,
     local_step,
     local_train,
     sample_clients,
+    train_clients,
 )
 
 __all__ = [
@@ -123,6 +125,7 @@ __all__ = [
     "ifca_round",
     "ifca_run",
     "init",
+    "local_batches",
     "local_only",
     "local_step",
     "local_train",
@@ -134,6 +137,7 @@ __all__ = [
     "sample_clients",
     "select_split",
     "split_cluster",
+    "train_clients",
     "triggered",
     "try_split",
     "tv_distances",

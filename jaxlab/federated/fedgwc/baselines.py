@@ -36,7 +36,7 @@ from sklearn.cluster import AgglomerativeClustering
 from jaxlab.core import sharding
 from jaxlab.core.checks import check_int, check_positive
 from jaxlab.federated.fedgwc.fedgwc import FedGWCConfig, FedGWCState, init, split_cluster
-from jaxlab.federated.fedgwc.rounds import ClientData, LocalConfig, fedavg, local_train
+from jaxlab.federated.fedgwc.rounds import ClientData, LocalConfig, fedavg, train_clients
 from jaxlab.federated.fedgwc.rounds import sample_clients as _sample
 
 __all__ = [
@@ -152,9 +152,8 @@ def ifca_round(
     losses = _losses_by_client(apply_fn, state.params, sub, jax.random.split(k_eval, m))
     choice = jnp.argmin(losses, axis=1)  # [m]
     start = jax.tree_util.tree_map(lambda a: a[choice], state.params)
-    train = jax.vmap(local_train, in_axes=(None, 0, 0, 0, 0, 0, 0, None))
-    trained, _ = train(apply_fn, start, sub.x, sub.y, sub.count, sub.noise,
-                       jax.random.split(k_train, m), local)  # fmt: skip
+    trained, _ = train_clients(apply_fn, start, sub.x, sub.y, sub.count, sub.noise,
+                               jax.random.split(k_train, m), local, shared=False)  # fmt: skip
     n_models = jax.tree_util.tree_leaves(state.params)[0].shape[0]
 
     def per_model(j, old):
@@ -239,8 +238,7 @@ def client_deltas(
     start = jax.tree_util.tree_map(lambda a: a[state.labels], state.params)
     x, y, count, noise = sharding.constrain_batch((data.x, data.y, data.count, data.noise), mesh)
     keys = jax.random.split(key, data.count.shape[0])
-    train = jax.vmap(local_train, in_axes=(None, 0, 0, 0, 0, 0, 0, None))
-    trained, _ = train(apply_fn, start, x, y, count, noise, keys, local)
+    trained, _ = train_clients(apply_fn, start, x, y, count, noise, keys, local, shared=False)
     delta = jax.tree_util.tree_map(lambda a, b: (a - b).reshape(a.shape[0], -1), trained, start)
     return jnp.concatenate(jax.tree_util.tree_leaves(delta), axis=1)
 
@@ -295,8 +293,7 @@ def local_only(
     cfg = dataclasses.replace(local, steps=steps)
     x, y, count, noise = sharding.constrain_batch((data.x, data.y, data.count, data.noise), mesh)
     keys = jax.random.split(key, data.count.shape[0])
-    train = jax.vmap(local_train, in_axes=(None, None, 0, 0, 0, 0, 0, None))
-    return train(apply_fn, params, x, y, count, noise, keys, cfg)[0]
+    return train_clients(apply_fn, params, x, y, count, noise, keys, cfg)[0]
 
 
 def cfl_split(
