@@ -26,9 +26,11 @@ TINY = dataclasses.replace(
     robust_n=32,
     robust_replicates=2,
     robust_num_samples=4,
+    robust_dims=(5,),
     gmmn_replicates=2,
-    gmmn_steps=3,
+    gmmn_steps=4,  # 12 training rows in batches of 8 + 4: two steps per epoch
     gmmn_batch=8,
+    mlp_steps=3,
     imaging_subsets=2,
     imaging_n=40,
     imaging_steps=3,
@@ -59,10 +61,20 @@ def test_tiny_cmi_test_run(tmp_path):
         assert _is_rate(m["power_vs_n"][test][0], TINY.power_replicates)
         for a in E.ALPHAS:
             assert _is_rate(m["robust_detail"][test][a], TINY.robust_replicates)
-            assert _is_rate(m["gmmn"]["size"][test][a], TINY.gmmn_replicates)
+            for arm in E.GMMN_ARMS:
+                assert _is_rate(m["gmmn"][arm][test][a], TINY.gmmn_replicates)
+        # the practical arm's size is the GMMN + MLP arm on H0, from its stored p-values
+        p = np.asarray(m["gmmn"]["pvalues"]["h0_mlp"][test])
+        assert p.shape == (TINY.gmmn_replicates,)
+        assert m["size"][test]["gmmn_mlp"] == {a: np.mean(p < float(a)) for a in E.ALPHAS}
+        se = m["gmmn"]["se_at_0.05"]["h0_mlp"][test]
+        r = m["gmmn"]["h0_mlp"][test]["0.05"]
+        assert se == pytest.approx(np.sqrt(r * (1 - r) / TINY.gmmn_replicates))
     for s, diff in m["cmi_minus_gcm"].items():
         assert diff == m["power"]["cmi"][s] - m["power"]["gcm"][s]
     assert set(m["robust_size"]) == {"cmi", "naive"}
+    assert set(m["robustness"]) == {"d5"} and set(m["robustness"]["d5"]) == {"cmi", "naive"}
+    assert all(_is_rate(r, TINY.robust_replicates) for r in m["robustness"]["d5"].values())
     assert m["robust_size"]["cmi"] == m["robust_detail"]["cmi"]["0.05"]
     # the size metric is the rejection rate of the p-values the library gives on the same data:
     # study 1's first job (h0, oracle nuisances) rerun through the public run_setting
