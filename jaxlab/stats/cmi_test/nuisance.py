@@ -75,6 +75,11 @@ def _check_finite_scalar(value, name: str) -> None:
         raise ValueError(f"`{name}` must be finite, got {value!r}.")
 
 
+def _check_bool(value, name: str) -> None:
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"`{name}` must be a bool, got {value!r}.")
+
+
 def _check_adamw(fitter) -> None:
     """The shared optimiser fields ``lr``, ``b1``, ``b2``, ``weight_decay``, ``decay``, ``clip``."""
     check_choice(fitter.decay, "decay", ("coupled", "decoupled"))
@@ -470,6 +475,9 @@ class GMMNGenerator:
       lr, b1, b2, weight_decay, clip: the optimiser (official: 4.95e-3, 0.5, 0.999, 1e-5, 0.5).
       decay: ``"coupled"`` (torch ``Adam(weight_decay)``, official) or ``"decoupled"`` (AdamW).
       lambda_gaussian, lambda_laplace, lambda_l1: loss weights (official: 1, 0.25, 1e-3).
+      standardise: standardise ``z`` and ``x`` with the training moments (off: raw values, as the
+        official code; use it for inputs on a common scale such as pixels, where a rarely lit
+        pixel's tiny training SD would blow its test values far out of the training range).
     """
 
     hidden: int = struct.field(pytree_node=False, default=128)
@@ -490,9 +498,11 @@ class GMMNGenerator:
     lambda_gaussian: float = struct.field(pytree_node=False, default=1.0)
     lambda_laplace: float = struct.field(pytree_node=False, default=0.25)
     lambda_l1: float = struct.field(pytree_node=False, default=1e-3)
+    standardise: bool = struct.field(pytree_node=False, default=True)
 
     def __post_init__(self):
         _check_network(self)
+        _check_bool(self.standardise, "standardise")
         check_int(self.noise_dim, "noise_dim", minimum=1)
         check_positive(self.noise_std, "noise_std")
         check_int(self.train_samples, "train_samples", minimum=1)
@@ -533,6 +543,9 @@ class GMMNGenerator:
         out_dim = x.shape[1]
         z_mean, z_sd = K.masked_moments(z, w)
         x_mean, x_sd = K.masked_moments(x, w)
+        if not self.standardise:
+            z_mean, x_mean = jnp.zeros_like(z_mean), jnp.zeros_like(x_mean)
+            z_sd, x_sd = jnp.ones_like(z_sd), jnp.ones_like(x_sd)
         zs, xs = (z - z_mean[None, :]) / z_sd[None, :], (x - x_mean[None, :]) / x_sd[None, :]
         mask = w > 0
         # (Gaussian x, Gaussian z, Laplace x, Laplace z), as `loss` unpacks them
@@ -699,8 +712,7 @@ class SoftmaxRegressor:
         check_positive(self.l2, "l2", strict=False)
         check_int(self.steps, "steps", minimum=0)
         check_positive(self.lr, "lr")
-        if not isinstance(self.standardise, bool | np.bool_):
-            raise ValueError(f"`standardise` must be a bool, got {self.standardise!r}.")
+        _check_bool(self.standardise, "standardise")
 
     def fit(self, key, y, z, w) -> SoftmaxParams:
         del key
