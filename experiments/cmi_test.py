@@ -1,28 +1,37 @@
 """Conditional mean independence test with generative nuisances: size, power against GCM and the
-uncentred kernel test, robustness to slowly decaying nuisance errors, and a digits imaging check.
+uncentred kernel test, robustness to slowly decaying nuisance errors, the paper's practical arm
+(GMMN generator + L1-penalised MLP regression) and a digits imaging check.
 
 Run: ``python -m experiments run cmi_test --preset quick`` (n = 200, d = 10 + 10, 100 replicates;
-about 4 min on 2 CPU cores) or ``--preset full`` (the paper's n = 400, d = 25 + 25, M = 100,
-B = 1000, 200 replicates; about 23 min, over the 20-min target: the O(n^2 M d) Laplace kernel sums
-and the GMMN arm's training dominate).
+about 2.8 min on 2 CPU cores; no digits study), ``--preset full`` (the paper's n = 400,
+d = 25 + 25, M = 100, B = 1000, 200 replicates; ``study_seconds`` in ``metrics.json`` says where
+its time goes) or ``--preset official`` (the GMMN study alone at the official budget, 100
+replicates: about 25 s per GMMN fit here, so hours; pass ``--set gmmn_replicates=R``).
 
-Studies (spec section 5; every test on the same cross-fitted nuisances and data):
+Studies (:data:`STUDIES`; spec section 5; every test on the same cross-fitted nuisances and data):
 
-1. Size and power on the Gaussian designs (:mod:`jaxlab.stats.cmi_test.designs`): H0, A1 sparse /
-   dense (linear, a = 0.2), A2 sparse / dense (quadratic, a = 0.5), with two nuisance pairs:
-   ``oracle`` (exact ``P(X|Z)`` draws and ``E[Y|Z]``) and ``linear_gaussian`` (OLS generator +
-   residual Cholesky, ridge regression: the practical arm; ``power`` reports this one).
-2. Power vs n: A2 sparse with oracle nuisances at ``power_ns``.
-3. Robustness: H0 with oracle nuisances plus injected errors ``m_hat = m + c n_k^{-1/4} sin(3 z_1)``
-   and ``x~ = exact + 0.5 c n_k^{-1/4} cos(z_1)`` (c = 2) at ``robust_n``: the centred statistic
-   keeps its size, the naive (uncentred) one does not.
-4. GMMN arm: the generator is the paper's GMMN (minibatch 64; see the generator's docstring) with
-   ridge regression, on H0 and A1 sparse.
-5. Digits imaging stand-in: X = the central 2 x 4 patch (8 pixels), Z = the other 56 pixels; H0:
-   ``Y`` = class probabilities of a logistic regression fitted on Z alone + N(0, 0.05^2) noise; H1:
-   ``Y`` = the one-hot label. Random subsets of ``imaging_n`` images; a GMMN inpaints the patch from
-   Z and an MLP regresses both responses (one network with 20 outputs; fitted once per subset and
-   fold and shared by the H0 and H1 tests). Accept: H0 p-values uniform (KS), H1 rejected.
+1. ``designs``: size and power on the Gaussian designs (:mod:`jaxlab.stats.cmi_test.designs`):
+   H0, A1 sparse / dense (linear, a = 0.2), A2 sparse / dense (quadratic, a = 0.5), with two
+   nuisance pairs: ``oracle`` (exact ``P(X|Z)`` draws and ``E[Y|Z]``) and ``linear_gaussian`` (OLS
+   generator + residual Cholesky, ridge regression; a labelled extra row, cheap, not the paper's
+   arm; ``power`` reports it).
+2. ``power_vs_n``: A2 sparse with oracle nuisances at ``power_ns``.
+3. ``robustness``: H0 with oracle nuisances plus injected errors ``m_hat = m + c n_k^{-1/4} g(z)``
+   and ``x~ = exact + 0.5 c n_k^{-1/4} cos(z_1)`` (c = 2) at ``robust_n``: ``g = sin(3 z_1)``
+   (``robust_size``; the Z kernel barely sees it in d = 25) and ``g`` along ``beta_z``,
+   ``(z_1 + z_2) / sqrt(2.6)``, at d = 10 and 25 (``robustness``). The centred statistic keeps
+   its size; the naive (uncentred) one is biased by the part of ``g`` the Z kernel sees.
+4. ``gmmn``: the paper's GMMN generator at the official budget (2000 steps = 1000 epochs of the
+   shuffled loader's batches of 128 and 72, clipping, torch-style coupled weight decay) with
+   ridge and with the paper's MLP regression (``h0_mlp``, the practical arm, also reported as
+   ``size[test]["gmmn_mlp"]``), on H0 and A1 sparse drawn from one ``(X, Z, eps)`` per replicate
+   so each fold's generator serves all four arms; binomial standard errors beside the rates.
+5. ``imaging``: digits stand-in: X = the central 2 x 4 patch (8 pixels), Z = the other 56 pixels;
+   H0: ``Y`` = a one-hot label drawn from the class probabilities of a logistic regression
+   fitted on Z alone (the paper's label response); H1: ``Y`` = the true label's one-hot. Random
+   subsets of ``imaging_n`` images; a GMMN on raw pixels inpaints the patch from Z; responses
+   regressed by a softmax regression (and, as a check, by the exact probabilities). Accept: H0
+   p-values uniform (KS), H1 rejected.
 """
 
 from __future__ import annotations
@@ -131,8 +140,11 @@ PRESETS = {
         power_replicates=100,
         robust_replicates=200,
         robust_num_samples=50,
-        gmmn_replicates=8,
-        imaging_subsets=50,
+        # 32 min at 8 GMMN replicates and 50 digits subsets of 600 steps (seed 1: designs 266 s,
+        # power vs n 81, robustness 231, gmmn 563, imaging 787); these cuts aim at ~18 min
+        gmmn_replicates=4,
+        imaging_subsets=20,
+        imaging_steps=300,
     ),
     # the practical arm alone at the official budget, with replicates enough for a size figure
     "official": Config(**_PAPER_SIZE, gmmn_replicates=100, studies=("gmmn",)),
