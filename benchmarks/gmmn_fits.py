@@ -31,7 +31,7 @@ from jaxlab.core.timing import Timing, result_row, time_call
 from jaxlab.stats import cmi_test as C
 
 NAME = "gmmn_fits"
-DESCRIPTION = "GMMN generator fits (200 rows, d = 25 + 25, epochs of 128 + 72): vmap vs one at a time"  # noqa: E501
+DESCRIPTION = "GMMN fits (200 rows, d = 25 + 25, epochs of 128 + 72): vmap vs one at a time"
 SIZES = {"small": (4,), "large": (4, 8)}
 ROWS, D, STEPS, OFFICIAL_STEPS = 200, 25, 40, 2000
 
