@@ -187,16 +187,9 @@ def _block_tests(xs, ys, zs, keys, gen, reg, cfg, sizes, tests):
     def one(x, y, z, key):
         k_fit, k_boot, k_gcm = jax.random.split(key, 3)
         folds = C.cross_fit(x, y, z, k_fit, gen, reg, cfg)
-        rows = []
-        for f in C.response_blocks(folds, sizes):
-            p = []
-            for t in tests:  # "cmi" and "naive" share the multipliers, as in C.compare_tests
-                if t == "gcm":
-                    p.append(C.gcm_from_folds(f, k_gcm, cfg.num_boot).p_value)
-                else:
-                    p.append(C.kernel_test_from_folds(f, k_boot, cfg, t == "cmi").p_value)
-            rows.append(jnp.stack(p))
-        return jnp.stack(rows)
+        blocks = [C.tests_from_folds(f, k_boot, k_gcm, cfg, tests)
+                  for f in C.response_blocks(folds, sizes)]  # fmt: skip
+        return jnp.stack([jnp.stack([r[t].p_value for t in tests]) for r in blocks])
 
     return jax.vmap(one)(xs, ys, zs, keys)
 
@@ -269,7 +262,7 @@ def run_setting(config: Config, setting: str, nuisance: str, key, *, n=None, rep
     res = {}
     for name, r in out.items():
         p = np.asarray(r.p_value, np.float64)
-        res[name] = {"p": p, **{a: float(np.mean(p < float(a))) for a in ALPHAS}}
+        res[name] = {"p": p, **_rates(p)}
     return res
 
 
@@ -411,6 +404,7 @@ def run(config: Config, out_dir: Path) -> dict:
     if "gmmn" in config.studies and config.gmmn_replicates:
         gm = gmmn_study(config, jax.random.fold_in(key, 300))
         r = config.gmmn_replicates
+        rates = {arm: {t: _rates(gm[arm][t]) for t in C.TESTS} for arm in GMMN_ARMS}
         metrics["gmmn"] = {
             "replicates": r,
             "steps": config.gmmn_steps,
@@ -418,16 +412,16 @@ def run(config: Config, out_dir: Path) -> dict:
             "batching": config.gmmn_batching,
             "decay": config.gmmn_decay,
             "mlp_steps": config.mlp_steps,
-            **{arm: {t: _rates(gm[arm][t]) for t in C.TESTS} for arm in GMMN_ARMS},
+            **rates,
             "se_at_0.05": {
-                arm: {t: _se(_rates(gm[arm][t])["0.05"], r) for t in C.TESTS} for arm in GMMN_ARMS
-            },  # fmt: skip
+                arm: {t: _se(rates[arm][t]["0.05"], r) for t in C.TESTS} for arm in GMMN_ARMS
+            },
             "pvalues": {arm: {t: gm[arm][t].tolist() for t in C.TESTS} for arm in GMMN_ARMS},
         }
         size = metrics.setdefault("size", {t: {} for t in C.TESTS})
         for t in C.TESTS:
-            size[t]["gmmn_mlp"] = _rates(gm["h0_mlp"][t])
-            size[t]["gmmn_ridge"] = _rates(gm["h0_ridge"][t])
+            size[t]["gmmn_mlp"] = rates["h0_mlp"][t]
+            size[t]["gmmn_ridge"] = rates["h0_ridge"][t]
     _lap(clock, seconds, "gmmn", config)
     if "imaging" in config.studies and config.imaging_subsets:
         metrics["imaging"] = imaging(config)

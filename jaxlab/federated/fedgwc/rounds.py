@@ -149,10 +149,15 @@ def sample_clients(key: jax.Array, members: jax.Array, m: int) -> tuple[jax.Arra
 _EPOCH_STREAM = 0x45504F43  # fold_in tag of the epoch shuffles, apart from the step keys
 
 
+def _row_scores(key, count, n_max):
+    """Uniform scores for the first ``count`` of ``n_max`` rows, 2 (after all of them) for the
+    padding: sorting them shuffles the real rows and puts the padding last."""
+    return jnp.where(jnp.arange(n_max) < count, jax.random.uniform(key, (n_max,)), 2.0)
+
+
 def _shuffled_rows(key, count, n_max):
     """The first ``count`` of ``n_max`` rows in a uniformly random order, then the padding."""
-    scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(key, (n_max,)), 2.0)
-    return jnp.argsort(scores)
+    return jnp.argsort(_row_scores(key, count, n_max))
 
 
 def epoch_batch(key: jax.Array, count, n_max: int, batch_size: int, step) -> jax.Array:
@@ -169,8 +174,7 @@ def _batch_rows(key, count, n_max: int, batch_size: int):
     replacement, the first ``batch_size`` of :func:`_shuffled_rows` (``top_k`` of the negated
     scores gives the same rows in the same order, ties to the lower index as the stable sort, at
     less than half the cost of sorting all ``n_max``)."""
-    scores = jnp.where(jnp.arange(n_max) < count, jax.random.uniform(key, (n_max,)), 2.0)
-    return jax.lax.top_k(-scores, batch_size)[1]
+    return jax.lax.top_k(-_row_scores(key, count, n_max), batch_size)[1]
 
 
 def _noisy_batch(x, y, rows, noise, key):

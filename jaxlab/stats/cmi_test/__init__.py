@@ -69,6 +69,7 @@ from jaxlab.stats.cmi_test.statistic import (
     kernel_test_from_folds,
     replicate_tests,
     response_blocks,
+    tests_from_folds,
 )
 
 __all__ = [
@@ -108,4 +109,5 @@ __all__ = [
     "kernel_test_from_folds",
     "replicate_tests",
     "response_blocks",
+    "tests_from_folds",
 ]

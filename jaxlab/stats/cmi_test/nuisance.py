@@ -559,9 +559,9 @@ class GMMNGenerator:
         params = net.init(k_init, jnp.zeros((1, z.shape[1] + self.noise_dim), z.dtype))["params"]
         opt = _optimiser(self)
         n = w.shape[0]
-        b = n if self.batch_size is None else min(self.batch_size, n)
+        b = self._batch(n)
         if self.batching == "epoch" and b < n:
-            params = self._fit_epochs(params, opt, k_train, xs, zs, w, bandwidths, b)
+            params = self._fit_epochs(params, opt, k_train, xs, zs, w, bandwidths)
             return ScaledNet(params, z_mean, z_sd, x_mean, x_sd)
 
         def loss(p, k):  # step t's key: split(k_train, steps)[t], as `fit` hands it out
@@ -577,19 +577,23 @@ class GMMNGenerator:
         params, _ = fit(loss, params, opt, self.steps, key=k_train)
         return ScaledNet(params, z_mean, z_sd, x_mean, x_sd)
 
+    def _batch(self, n: int) -> int:
+        """Rows per step over ``n`` training rows (``batch_size``, at most ``n``)."""
+        return n if self.batch_size is None else min(self.batch_size, n)
+
     def epoch_batches(self, n: int) -> tuple[int, ...]:
         """The batch sizes of one epoch over ``n`` rows: full batches, then the remainder."""
-        b = n if self.batch_size is None else min(self.batch_size, n)
+        b = self._batch(n)
         return (b,) * (n // b) + ((n % b,) if n % b else ())
 
-    def _fit_epochs(self, params, opt, key, xs, zs, w, bandwidths, b):
+    def _fit_epochs(self, params, opt, key, xs, zs, w, bandwidths):
         """``steps / len(epoch_batches)`` epochs; each shuffles the weighted rows (padding last) and
         takes one step per batch, in order (batch shapes are static: the last one is smaller)."""
         sizes = self.epoch_batches(w.shape[0])
         if self.steps % len(sizes):
             raise ValueError(
                 f"GMMNGenerator: `steps`={self.steps} is not a whole number of epochs of "
-                f"{len(sizes)} batches ({w.shape[0]} rows, batch_size={b}) under "
+                f"{len(sizes)} batches ({w.shape[0]} rows, batch_size={sizes[0]}) under "
                 f'batching="epoch".'
             )
         value_and_grad = jax.value_and_grad(self.loss)

@@ -63,6 +63,7 @@ __all__ = [
     "kernel_test_from_folds",
     "replicate_tests",
     "response_blocks",
+    "tests_from_folds",
 ]
 
 TESTS = ("cmi", "naive", "gcm")
@@ -264,16 +265,29 @@ def gcm_from_folds(folds: FoldData, key, num_boot: int) -> TestResult:
     return TestResult(stat, jnp.mean(boot >= stat), boot)
 
 
-def _tests_core(x, y, z, key, generator, regressor, config, tests, mesh):
-    k_fit, k_boot, k_gcm = jax.random.split(key, 3)
-    folds = cross_fit(x, y, z, k_fit, generator, regressor, config)
+def tests_from_folds(
+    folds: FoldData,
+    k_boot: jax.Array,
+    k_gcm: jax.Array,
+    config: CMIConfig,
+    tests: Sequence[str] = TESTS,
+    mesh: Mesh | None = None,
+) -> dict[str, TestResult]:
+    """The ``tests`` on fitted folds: ``"cmi"`` and ``"naive"`` share the multipliers drawn from
+    ``k_boot`` (a paired comparison); ``"gcm"`` draws its own from ``k_gcm``."""
     out = {}
     for name in tests:
         if name == "gcm":
             out[name] = gcm_from_folds(folds, k_gcm, config.num_boot)
-        else:  # "cmi" and "naive" share the multipliers: a paired comparison
+        else:
             out[name] = kernel_test_from_folds(folds, k_boot, config, name == "cmi", mesh)
     return out
+
+
+def _tests_core(x, y, z, key, generator, regressor, config, tests, mesh):
+    k_fit, k_boot, k_gcm = jax.random.split(key, 3)
+    folds = cross_fit(x, y, z, k_fit, generator, regressor, config)
+    return tests_from_folds(folds, k_boot, k_gcm, config, tests, mesh)
 
 
 _jit_core = jax.jit(_tests_core, static_argnames=("config", "tests", "mesh"))
