@@ -30,14 +30,17 @@ MICRO = 64
 
 
 def _setup(batch: int, mesh=None):
-    net = G.UNet(G.UNetConfig(channels=(16, 32), n_blocks=1, groups=4))
+    # the experiment presets' (first landed) nets: compact U-Net, simple heads with a pixel head
+    net = G.UNet(G.UNetConfig(channels=(16, 32), n_blocks=1, groups=4, layout="compact",
+                              affine="scale_shift", emb_dim=16))  # fmt: skip
     inner = lambda p, x, c: net.apply(p, x, c)  # noqa: E731
     data = jax.random.uniform(jax.random.key(0), (2048, 8, 8, 1), minval=-1.0, maxval=1.0)
     params = net.init(jax.random.key(1), data[:1], jnp.zeros(1))
     cls = G.Classifier(G.ClassifierConfig(stages=(16, 32), width=32))
     disc, d_init = G.projected_discriminator(
-        cls, cls.init(jax.random.key(2), data[:1]), G.ProjectedHeads(hidden=64)
-    )
+        cls, cls.init(jax.random.key(2), data[:1]),
+        G.ProjectedHeads(hidden=64, layout="simple", spectral_norm=False), pixels=True,
+    )  # fmt: skip
     cfg = G.FinetuneConfig(batch=batch, lr_g=2e-4, lr_d=2e-3)
     ft = G.make_finetuner(inner, params, disc, data, 0.5, cfg, mesh=mesh)
     state = ft.init(jax.random.key(4), params, d_init(jax.random.key(3), data[:2]))

@@ -40,7 +40,9 @@ def test_tiny_gan_onestep_run(tmp_path):
     assert set(m["fd"]) == names and all(math.isfinite(v) for v in m["fd"].values())
     assert set(m["hf_power_ratio"]) == names
     # D2O-F's frozen fraction is the library's on the experiment's U-Net (shapes suffice)
-    net = G.UNet(G.UNetConfig(channels=TINY.channels, n_blocks=TINY.n_blocks, groups=4))
+    net = G.UNet(G.UNetConfig(channels=TINY.channels, n_blocks=TINY.n_blocks, groups=4,
+                              layout=TINY.unet_layout, affine=TINY.unet_affine,
+                              emb_dim=TINY.emb_dim))  # fmt: skip
     shapes = jax.eval_shape(net.init, jax.random.key(0), jnp.zeros((1, 8, 8, 1)), jnp.zeros(1))
     assert m["frozen_fraction"] == pytest.approx(G.frozen_fraction(shapes, G.freeze_mask(shapes)))
     assert 0.5 < m["frozen_fraction"] < 1.0  # the default nets' 0.8-0.9 is a unit test

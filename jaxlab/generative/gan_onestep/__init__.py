@@ -68,11 +68,14 @@ from jaxlab.generative.gan_onestep.metrics import (
     sqrtm_psd,
 )
 from jaxlab.generative.gan_onestep.nets import (
+    BatchStatNorm,
     Classifier,
     ClassifierConfig,
     ProjectedHeads,
+    SNConv,
     accuracy,
     projected_discriminator,
+    spectral_normalise,
     train_classifier,
 )
 from jaxlab.generative.gan_onestep.train import (
@@ -102,6 +105,7 @@ from jaxlab.generative.gan_onestep.unet import UNet, UNetConfig
 
 __all__ = [
     "D2O_EPS",
+    "BatchStatNorm",
     "Classifier",
     "ClassifierConfig",
     "EDMConfig",
@@ -112,6 +116,7 @@ __all__ = [
     "PretrainState",
     "Pretrainer",
     "ProjectedHeads",
+    "SNConv",
     "UNet",
     "UNetConfig",
     "accuracy",
@@ -148,6 +153,7 @@ __all__ = [
     "radial_power_spectrum",
     "run_loop",
     "sliced_wasserstein",
+    "spectral_normalise",
     "sqrtm_psd",
     "teacher_sample",
     "train_classifier",

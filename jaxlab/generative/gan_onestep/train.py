@@ -147,17 +147,19 @@ def _path_names(path) -> tuple[str, ...]:
 
 def d2o_freeze_rule(names: tuple[str, ...]) -> bool:
     """D2O-F's rule (``--freeze=1``) in this package's naming: freeze the two 3x3 convolutions of
-    every residual block (``*block*/conv0``, ``*block*/conv1``) and every attention output
-    projection (``*attn*/proj``). Norms, the noise ``affine``, ``qkv``, 1x1 ``skip``, the
-    embedding MLP and ``conv_in``/``conv_out`` stay trainable."""
+    every residual block (``*block*``, and the resampling/bottom blocks ``*_down``, ``*_up``,
+    ``*_in0``, ``*_in1``: the official rule matches "block", "up", "down" and "in" in the
+    parameter name) and every attention output projection (``*attn*/proj``). Norms, the noise
+    ``affine``, ``qkv``, 1x1 ``skip``, the embedding MLP, the auxiliary residual convs and
+    ``conv_in``/``conv_out`` stay trainable."""
     modules = names[:-1]  # the last name is the leaf (kernel / bias / scale)
     if len(modules) < 2:
         return False
     parent, layer = modules[-2], modules[-1]
-    if re.search(r"block", parent):
-        return layer in ("conv0", "conv1")
     if re.search(r"attn", parent):
         return layer == "proj"
+    if re.search(r"block|_down$|_up$|_in\d+$", parent):
+        return layer in ("conv0", "conv1")
     return False
 
 

@@ -1,30 +1,48 @@
 """A small SongUNet-style denoiser network ``F(x_in, c_noise)`` in Flax Linen.
 
-Layout (defaults: 8x8 inputs, channels 32 and 64, two residual blocks per level):
+Two layouts (``UNetConfig.layout``), both with ``n_blocks`` residual blocks per encoder level and
+``n_blocks + 1`` per decoder level, each decoder block taking the matching encoder activation
+concatenated on channels (SongUNet's skip layout):
 
-- noise embedding: sinusoidal features of ``c_noise`` -> ``map_layer0`` -> SiLU -> ``map_layer1``
-  -> SiLU;
-- ``conv_in`` (3x3) -> encoder: at each resolution ``n_blocks`` residual blocks, then (except at
-  the lowest) an average-pool 2x; one self-attention block after the last block at the lowest
-  resolution (``enc{L}_attn``);
-- decoder: at each resolution, from the lowest, ``n_blocks + 1`` residual blocks, each taking
-  the matching encoder activation concatenated on channels (SongUNet's skip layout), then nearest
-  upsampling 2x; ``norm_out`` -> SiLU -> ``conv_out`` (3x3).
+- ``"song"`` (default; the official NCSN++ ``SongUNet`` structure, ``encoder_type="residual"``):
+  ``conv_in`` (3x3); below the first level a resampling residual block ``enc{l}_down``
+  (average pooling before its 3x3 conv and its 1x1 skip) whose output is averaged with
+  ``enc{l}_aux_residual``, a 3x3 conv of the previous level's pooled auxiliary signal (the input
+  image at level 1),
+  ``(h + aux) / sqrt(2)``; at the lowest resolution every encoder block is followed by
+  self-attention. The decoder starts with ``dec{L}_in0`` (with attention) and ``dec{L}_in1`` at
+  the lowest resolution, the last block of that level has attention too, and each higher level
+  starts with a nearest-upsampling block ``dec{l}_up``. ``norm_out`` -> SiLU -> ``conv_out``.
+- ``"compact"`` (the first landed net): average pooling / nearest upsampling instead of the
+  resampling blocks, no auxiliary residual convs, no ``in0``/``in1`` blocks, one attention block
+  after the last encoder block.
+
+Noise embedding: sinusoidal features of ``c_noise`` (width ``channels[0]``) -> ``map_layer0`` ->
+SiLU -> ``map_layer1`` -> SiLU, of width ``emb_dim`` (SongUNet: 4x the base channels).
 
 Residual block (module names are the freeze rule's vocabulary)::
 
-    h = conv0(SiLU(norm0(x)))                        # 3x3
-    scale, shift = split(affine(emb))                # the noise-level modulation (AdaGN)
-    h = SiLU(norm1(h) * (1 + scale) + shift)
+    h = conv0(resample(SiLU(norm0(x))))              # 3x3
+    a = affine(emb)
+    "shift" (SongUNet, adaptive_scale=False):   h = SiLU(norm1(h + a))
+    "scale_shift" (AdaGN):  scale, shift = split(a); h = SiLU(norm1(h) * (1 + scale) + shift)
     h = conv1(h)                                     # 3x3
-    out = (h + skip(x)) / sqrt(2)                    # skip: 1x1 conv when channels change
+    out = (h + skip(resample(x))) / sqrt(2)          # skip: 1x1 conv when channels change or
+                                                     # the block resamples
 
 Attention block: ``qkv`` (1x1) of ``norm(x)``, multi-head softmax attention over the ``H W``
 positions, ``proj`` (1x1), residual, divided by sqrt(2).
 
-Every module is named so that a path filter selects a role: ``*/block*/conv0|conv1`` (3x3
-residual convolutions), ``*/attn*/proj`` (attention output projections), ``affine``, ``qkv``,
-``skip``, ``norm*``, ``map_*``, ``conv_in``/``conv_out`` (see :mod:`.train` for D2O-F's rule).
+Every module is named so that a path filter selects a role: ``*block*|*_down|*_up|*_in0|*_in1``
+with ``conv0``/``conv1`` (3x3 residual convolutions), ``*attn*/proj`` (attention output
+projections), ``affine``, ``qkv``, ``skip``, ``norm*``, ``map_*``, ``*aux_residual``,
+``conv_in``/``conv_out`` (see :mod:`.train` for D2O-F's rule).
+
+What differs from the official SongUNet at this size: the noise embedding is sinusoidal (NCSN++
+uses random Fourier features), resampling is 2x2 average pooling / nearest (NCSN++ uses the
+[1, 3, 3, 1] filter), the auxiliary conv pools before convolving (NCSN++ fuses them), and
+initialisation is Flax's default (SongUNet zero-initialises ``conv1`` and ``conv_out``); no
+dropout (D2O fine-tunes with dropout 0).
 """
 
 from __future__ import annotations
@@ -38,6 +56,9 @@ import jax.numpy as jnp
 
 __all__ = ["UNet", "UNetConfig"]
 
+LAYOUTS = ("song", "compact")
+AFFINES = ("shift", "scale_shift")
+
 
 @dataclasses.dataclass(frozen=True)
 class UNetConfig:
@@ -47,11 +68,12 @@ class UNetConfig:
       channels: channels per resolution level, highest resolution first (one level per entry;
         each level below the first halves the spatial size).
       n_blocks: residual blocks per encoder level (the decoder has ``n_blocks + 1``).
-      attention: self-attention blocks at the lowest resolution.
+      attention: self-attention at the lowest resolution.
       n_heads: attention heads.
-      emb_dim: noise-embedding width (``None``: the first level's channels; SongUNet uses 4x, but
-        at this size the per-block ``affine`` layers would then outweigh the convolutions and
-        D2O-F's frozen fraction would drop below 0.8).
+      emb_dim: noise-embedding width (``None``: 4x the first level's channels, SongUNet's
+        ``channel_mult_emb = 4``).
+      affine: the blocks' noise modulation, ``"shift"`` (SongUNet) or ``"scale_shift"`` (AdaGN).
+      layout: ``"song"`` (the official SongUNet structure) or ``"compact"`` (module docstring).
       groups: GroupNorm groups (must divide every channel count).
       out_channels: image channels (1 for digits).
     """
@@ -61,6 +83,8 @@ class UNetConfig:
     attention: bool = True
     n_heads: int = 1
     emb_dim: int | None = None
+    affine: str = "shift"
+    layout: str = "song"
     groups: int = 8
     out_channels: int = 1
 
@@ -72,6 +96,12 @@ class UNetConfig:
             raise ValueError(f"UNetConfig: `groups`={self.groups} must divide channels {bad}.")
         if self.n_blocks < 1:
             raise ValueError(f"UNetConfig: `n_blocks` must be >= 1, got {self.n_blocks}.")
+        if self.affine not in AFFINES:
+            raise ValueError(f"UNetConfig: `affine` must be one of {AFFINES}, got {self.affine!r}.")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"UNetConfig: `layout` must be one of {LAYOUTS}, got {self.layout!r}.")
+        if self.emb_dim is not None and self.emb_dim < 1:
+            raise ValueError(f"UNetConfig: `emb_dim` must be >= 1 or None, got {self.emb_dim}.")
 
 
 def _sinusoidal(c_noise: jax.Array, dim: int) -> jax.Array:
@@ -82,19 +112,38 @@ def _sinusoidal(c_noise: jax.Array, dim: int) -> jax.Array:
     return jnp.concatenate([jnp.cos(angles), jnp.sin(angles)], axis=-1)
 
 
+def _down(x):
+    return nn.avg_pool(x, (2, 2), (2, 2))
+
+
+def _up(x):
+    b, h, w, c = x.shape
+    return jax.image.resize(x, (b, 2 * h, 2 * w, c), "nearest")
+
+
 class ResBlock(nn.Module):
     out_ch: int
     groups: int
+    affine_mode: str = "scale_shift"
+    resample: str | None = None  # None, "down" or "up"
 
     @nn.compact
     def __call__(self, x, emb):
+        res = {"down": _down, "up": _up, None: lambda t: t}[self.resample]
         h = nn.silu(nn.GroupNorm(self.groups, name="norm0")(x))
-        h = nn.Conv(self.out_ch, (3, 3), name="conv0")(h)
-        scale, shift = jnp.split(nn.Dense(2 * self.out_ch, name="affine")(emb), 2, axis=-1)
-        h = nn.GroupNorm(self.groups, name="norm1")(h)
-        h = nn.silu(h * (1.0 + scale[:, None, None, :]) + shift[:, None, None, :])
+        h = nn.Conv(self.out_ch, (3, 3), name="conv0")(res(h))
+        if self.affine_mode == "shift":
+            shift = nn.Dense(self.out_ch, name="affine")(emb)
+            h = nn.silu(nn.GroupNorm(self.groups, name="norm1")(h + shift[:, None, None, :]))
+        else:
+            scale, shift = jnp.split(nn.Dense(2 * self.out_ch, name="affine")(emb), 2, axis=-1)
+            h = nn.GroupNorm(self.groups, name="norm1")(h)
+            h = nn.silu(h * (1.0 + scale[:, None, None, :]) + shift[:, None, None, :])
         h = nn.Conv(self.out_ch, (3, 3), name="conv1")(h)
-        skip = x if x.shape[-1] == self.out_ch else nn.Conv(self.out_ch, (1, 1), name="skip")(x)
+        if x.shape[-1] == self.out_ch and self.resample is None:
+            skip = x
+        else:
+            skip = nn.Conv(self.out_ch, (1, 1), name="skip")(res(x))
         return (h + skip) / math.sqrt(2.0)
 
 
@@ -123,30 +172,76 @@ class UNet(nn.Module):
     @nn.compact
     def __call__(self, x, c_noise):
         cfg = self.config
-        emb_dim = cfg.emb_dim or cfg.channels[0]
+        emb_dim = cfg.emb_dim or 4 * cfg.channels[0]
         emb = _sinusoidal(c_noise, cfg.channels[0])
         emb = nn.silu(nn.Dense(emb_dim, name="map_layer0")(emb))
         emb = nn.silu(nn.Dense(emb_dim, name="map_layer1")(emb))
+        if cfg.layout == "song":
+            h = self._song(x, emb)
+        else:
+            h = self._compact(x, emb)
+        h = nn.silu(nn.GroupNorm(cfg.groups, name="norm_out")(h))
+        return nn.Conv(cfg.out_channels, (3, 3), name="conv_out")(h)
 
+    def _block(self, ch, name, resample=None):
+        cfg = self.config
+        return ResBlock(ch, cfg.groups, cfg.affine, resample, name=name)
+
+    def _attn(self, name):
+        return AttnBlock(self.config.n_heads, self.config.groups, name=name)
+
+    def _song(self, x, emb):
+        cfg = self.config
+        lowest = len(cfg.channels) - 1
+        attend = lambda lvl: cfg.attention and lvl == lowest  # noqa: E731
+        h = nn.Conv(cfg.channels[0], (3, 3), name="conv_in")(x)
+        skips, aux = [h], x
+        for lvl, ch in enumerate(cfg.channels):
+            if lvl > 0:
+                h = self._block(h.shape[-1], f"enc{lvl}_down", "down")(h, emb)
+                aux_conv = nn.Conv(h.shape[-1], (3, 3), name=f"enc{lvl}_aux_residual")
+                h = aux = (h + aux_conv(_down(aux))) / math.sqrt(2.0)
+                skips.append(h)
+            for i in range(cfg.n_blocks):
+                h = self._block(ch, f"enc{lvl}_block{i}")(h, emb)
+                if attend(lvl):
+                    h = self._attn(f"enc{lvl}_block{i}_attn")(h)
+                skips.append(h)
+        for lvl in reversed(range(len(cfg.channels))):
+            ch = cfg.channels[lvl]
+            if lvl == lowest:
+                h = self._block(h.shape[-1], f"dec{lvl}_in0")(h, emb)
+                if cfg.attention:
+                    h = self._attn(f"dec{lvl}_in0_attn")(h)
+                h = self._block(h.shape[-1], f"dec{lvl}_in1")(h, emb)
+            else:
+                h = self._block(h.shape[-1], f"dec{lvl}_up", "up")(h, emb)
+            for i in range(cfg.n_blocks + 1):
+                h = jnp.concatenate([h, skips.pop()], axis=-1)
+                h = self._block(ch, f"dec{lvl}_block{i}")(h, emb)
+                if attend(lvl) and i == cfg.n_blocks:
+                    h = self._attn(f"dec{lvl}_block{i}_attn")(h)
+        return h
+
+    def _compact(self, x, emb):
+        cfg = self.config
         levels = len(cfg.channels)
         h = nn.Conv(cfg.channels[0], (3, 3), name="conv_in")(x)
         skips = [h]
         for lvl, ch in enumerate(cfg.channels):
             for i in range(cfg.n_blocks):
-                h = ResBlock(ch, cfg.groups, name=f"enc{lvl}_block{i}")(h, emb)
+                h = self._block(ch, f"enc{lvl}_block{i}")(h, emb)
                 if cfg.attention and lvl == levels - 1 and i == cfg.n_blocks - 1:
-                    h = AttnBlock(cfg.n_heads, cfg.groups, name=f"enc{lvl}_attn")(h)
+                    h = self._attn(f"enc{lvl}_attn")(h)
                 skips.append(h)
             if lvl < levels - 1:
-                h = nn.avg_pool(h, (2, 2), (2, 2))
+                h = _down(h)
                 skips.append(h)
         for lvl in reversed(range(levels)):
             ch = cfg.channels[lvl]
             for i in range(cfg.n_blocks + 1):
                 h = jnp.concatenate([h, skips.pop()], axis=-1)
-                h = ResBlock(ch, cfg.groups, name=f"dec{lvl}_block{i}")(h, emb)
+                h = self._block(ch, f"dec{lvl}_block{i}")(h, emb)
             if lvl > 0:
-                b, hh, ww, c = h.shape
-                h = jax.image.resize(h, (b, 2 * hh, 2 * ww, c), "nearest")
-        h = nn.silu(nn.GroupNorm(cfg.groups, name="norm_out")(h))
-        return nn.Conv(cfg.out_channels, (3, 3), name="conv_out")(h)
+                h = _up(h)
+        return h
