@@ -547,6 +547,23 @@ def _metric_cases():
     }
 
 
+def test_fd_contrast_bootstrap_paired_and_detects_a_shift():
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(2, 1, 300, 3))
+    feats = jnp.asarray(np.concatenate([base, base, base + 1.0], axis=1), jnp.float32)
+    ref = jnp.asarray(rng.normal(size=(2, 400, 3)), jnp.float32)
+    run = jax.jit(G.fd_contrast_bootstrap, static_argnums=4)
+    # a variant against itself: paired resampling gives exactly 0 in every replicate
+    same = run(jax.random.key(1), feats, ref, jnp.array([1.0, -1.0, 0.0]), 50)
+    np.testing.assert_array_equal(np.asarray(same), 0.0)
+    # a unit mean shift in 3 dims adds ~3 to the FD: the interval excludes 0 and covers ~3
+    shift = np.asarray(run(jax.random.key(2), feats, ref, jnp.array([0.0, -1.0, 1.0]), 200))
+    lo, hi = np.quantile(shift, [0.025, 0.975])
+    assert 0 < lo < 3.0 < hi < 4.5, (lo, hi)
+    with pytest.raises(ValueError, match="weights"):
+        G.fd_contrast_bootstrap(jax.random.key(0), feats, ref, jnp.ones(2))
+
+
 def test_spectrum_coverage_swd_mmd():
     m = _metric_cases()
     np.testing.assert_allclose(m["hb_same"], 1.0, rtol=1e-6)
