@@ -8,11 +8,11 @@ concatenated on channels (SongUNet's skip layout):
   ``conv_in`` (3x3); below the first level a resampling residual block ``enc{l}_down``
   (average pooling before its 3x3 conv and its 1x1 skip) whose output is averaged with
   ``enc{l}_aux_residual``, a 3x3 conv of the previous level's pooled auxiliary signal (the input
-  image at level 1),
-  ``(h + aux) / sqrt(2)``; at the lowest resolution every encoder block is followed by
-  self-attention. The decoder starts with ``dec{L}_in0`` (with attention) and ``dec{L}_in1`` at
-  the lowest resolution, the last block of that level has attention too, and each higher level
-  starts with a nearest-upsampling block ``dec{l}_up``. ``norm_out`` -> SiLU -> ``conv_out``.
+  image at level 1), as ``(h + aux) / sqrt(2)``; at the lowest resolution every encoder block is
+  followed by self-attention. The decoder starts with ``dec{L}_in0`` (with attention) and
+  ``dec{L}_in1`` at the lowest resolution, the last block of that level has attention too, and
+  each higher level starts with a nearest-upsampling block ``dec{l}_up``. ``norm_out`` -> SiLU ->
+  ``conv_out``.
 - ``"compact"`` (the first landed net): average pooling / nearest upsampling instead of the
   resampling blocks, no auxiliary residual convs, no ``in0``/``in1`` blocks, one attention block
   after the last encoder block.
