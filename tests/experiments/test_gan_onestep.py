@@ -14,7 +14,9 @@ from jaxlab.generative import gan_onestep as G
 
 TINY = dataclasses.replace(
     gan_onestep.PRESETS["quick"],
+    n_seeds=2,  # the second seed reuses the first one's compiled programs (asserted)
     channels=(8,),
+    n_blocks=1,
     pretrain_steps=4,
     pretrain_batch=16,
     teacher_steps=1,  # one Euler step; the Heun (diffrax) teacher runs in the local-minima study
@@ -29,6 +31,7 @@ TINY = dataclasses.replace(
     n_holdout=100,
     classifier_epochs=1,
     d_hidden=8,
+    n_boot=50,
 )
 
 
@@ -47,9 +50,14 @@ def test_tiny_gan_onestep_run(tmp_path):
     assert m["frozen_fraction"] == pytest.approx(G.frozen_fraction(shapes, G.freeze_mask(shapes)))
     assert 0.5 < m["frozen_fraction"] < 1.0  # the default nets' 0.8-0.9 is a unit test
     assert m["images_seen"] == 4 * 8
-    # the FD curve: 2 points at 2 and 4 steps of 8 images; its last point is the final score
-    assert set(m["fd_curve"]) == {"d2o", "d2o_f"}
-    for v in ("d2o", "d2o_f"):
+    # one compile per program for both seeds (per-seed arrays are arguments, not constants)
+    progs = gan_onestep._programs(dataclasses.replace(TINY, seed=0))
+    assert progs.pretrain_step._cache_size() == 1
+    assert progs.finetune_step._cache_size() == 3  # one per variant
+    assert len(m["fd_per_seed"]["d2o"]) == 2
+    # the FD curve of every variant: 2 points at 2 and 4 steps of 8 images; the last is the score
+    assert set(m["fd_curve"]) == {"d2o", "d2o_f", "kd"}
+    for v in ("d2o", "d2o_f", "kd"):
         assert m["fd_curve"][v]["images"] == [16, 32]
         assert m["fd_curve"][v]["fd"][-1] == pytest.approx(m["fd"][v], rel=1e-6)
     lm = m["local_minima"]
@@ -59,5 +67,12 @@ def test_tiny_gan_onestep_run(tmp_path):
     assert r["d2o_f_over_d2o"] == pytest.approx(fd["d2o_f"] / fd["d2o"], rel=1e-12)
     assert r["d2o_over_teacher"] == pytest.approx(fd["d2o"] / fd["teacher"], rel=1e-12)
     assert r["scratch_over_d2o"] is None
+    # ordering claims: only those whose models ran; contrast = weights . FD; met iff lo > 0
+    assert set(m["claims"]) == {"d2o_beats_onestep", "d2o_beats_kd", "d2o_f_beats_kd",
+                                "d2o_f_within_1.25x_d2o", "d2o_within_1.3x_teacher"}  # fmt: skip
+    for c in m["claims"].values():
+        assert c["contrast"] == pytest.approx(sum(w * fd[k] for k, w in c["weights"].items()))
+        lo, hi = c["ci95"]
+        assert lo <= hi and c["met"] == (lo > 0)
     for name in ("report.md", "samples.png", "fd_curve.png", "local_minima.png"):
         assert (tmp_path / name).exists(), name

@@ -58,6 +58,7 @@ from jaxlab.generative.gan_onestep.edm import (
 from jaxlab.generative.gan_onestep.metrics import (
     class_coverage,
     classifier_score,
+    fd_bootstrap,
     fd_contrast_bootstrap,
     frechet_distance,
     frechet_distance_stats,
@@ -133,6 +134,7 @@ __all__ = [
     "ema_update",
     "freeze_mask",
     "frechet_distance",
+    "fd_bootstrap",
     "fd_contrast_bootstrap",
     "frechet_distance_stats",
     "frozen_fraction",

@@ -21,6 +21,7 @@ __all__ = [
     "classifier_score",
     "frechet_distance",
     "frechet_distance_stats",
+    "fd_bootstrap",
     "fd_contrast_bootstrap",
     "gaussian_stats",
     "high_band_power_ratio",
@@ -71,40 +72,33 @@ def frechet_distance(feats_a: jax.Array, feats_b: jax.Array) -> jax.Array:
     return frechet_distance_stats(*gaussian_stats(feats_a), *gaussian_stats(feats_b))
 
 
-def fd_contrast_bootstrap(
+def fd_bootstrap(
     key: jax.Array,
     feats: jax.Array,
     reference: jax.Array,
-    weights: jax.Array,
     n_boot: int = 500,
 ) -> jax.Array:
-    """Bootstrap replicates of a contrast of FDs, ``sum_v weights[v] * mean_s FD(feats[s, v],
-    reference[s])``, resampled hierarchically and paired.
+    """Bootstrap replicates of every variant's seed-mean FD, ``mean_s FD(feats[s, v],
+    reference[s])``, resampled hierarchically and paired: ``[n_boot, V]``.
 
     Each replicate draws seeds ``s`` with replacement; for each drawn seed one set of sample
     indices (with replacement) shared by every variant ``v`` (the variants were generated from the
-    same noises, so the resampling is paired) and one set of reference indices. A claim such as
-    "FD(KD) >= 1.5 FD(D2O)" is the contrast ``weights = (1, -1.5)`` and is supported at level
-    ``1 - alpha`` when the ``alpha / 2`` quantile of the replicates is above 0.
+    same noises, so the resampling is paired) and one set of reference indices. Because one
+    replicate resamples every variant alike, any contrast of FDs is the replicates times its
+    weights (:func:`fd_contrast_bootstrap`), and contrasts from one call are mutually consistent.
 
     Args:
       key: PRNG key of the resampling.
       feats: ``[S, V, N, D]``: features of ``N`` samples of ``V`` variants on ``S`` seeds, sample
         ``i`` of every variant from the same noise.
       reference: ``[S, M, D]``: the real reference features of each seed.
-      weights: ``[V]`` contrast weights.
       n_boot: replicates.
-
-    Returns:
-      ``[n_boot]`` replicates of the contrast.
     """
     if feats.ndim != 4 or reference.ndim != 3 or reference.shape[0] != feats.shape[0]:
         raise ValueError(
-            f"fd_contrast_bootstrap: `feats` must be [S, V, N, D] and `reference` [S, M, D] with "
+            f"fd_bootstrap: `feats` must be [S, V, N, D] and `reference` [S, M, D] with "
             f"the same S, got {feats.shape} and {reference.shape}."
         )
-    if weights.shape != (feats.shape[1],):
-        raise ValueError(f"fd_contrast_bootstrap: `weights` must be [{feats.shape[1]}].")
     n_seeds, _, n, _ = feats.shape
     m = reference.shape[1]
 
@@ -117,14 +111,31 @@ def fd_contrast_bootstrap(
             rows = jax.random.randint(k_gen, (n,), 0, n)
             ref = reference[s][jax.random.randint(k_ref, (m,), 0, m)]
             stats_ref = gaussian_stats(ref)
-            fds = jax.vmap(lambda f: frechet_distance_stats(*gaussian_stats(f[rows]), *stats_ref))(
+            return jax.vmap(lambda f: frechet_distance_stats(*gaussian_stats(f[rows]), *stats_ref))(
                 feats[s]
             )
-            return jnp.sum(weights * fds)
 
-        return jnp.mean(jax.vmap(one_seed)(seeds, jax.random.split(k_rows, n_seeds)))
+        return jnp.mean(jax.vmap(one_seed)(seeds, jax.random.split(k_rows, n_seeds)), axis=0)
 
     return jax.lax.map(replicate, jax.random.split(key, n_boot))
+
+
+def fd_contrast_bootstrap(
+    key: jax.Array,
+    feats: jax.Array,
+    reference: jax.Array,
+    weights: jax.Array,
+    n_boot: int = 500,
+) -> jax.Array:
+    """Bootstrap replicates of a contrast of FDs, ``sum_v weights[v] * mean_s FD(feats[s, v],
+    reference[s])``: :func:`fd_bootstrap` times ``weights`` (same arguments, ``[n_boot]``).
+
+    A claim such as "FD(KD) >= 1.5 FD(D2O)" is the contrast ``weights = (1, -1.5)`` and is
+    supported at level ``1 - alpha`` when the ``alpha / 2`` quantile of the replicates is above 0.
+    """
+    if feats.ndim == 4 and weights.shape != (feats.shape[1],):
+        raise ValueError(f"fd_contrast_bootstrap: `weights` must be [{feats.shape[1]}].")
+    return fd_bootstrap(key, feats, reference, n_boot) @ weights
 
 
 def classifier_score(probs: jax.Array) -> jax.Array:
