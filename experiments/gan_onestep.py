@@ -306,12 +306,13 @@ class _Programs:
 
 
 @functools.lru_cache(maxsize=2)
-def _programs(config: Config) -> _Programs:
+def programs(config: Config) -> _Programs:
+    """The shared jitted programs of ``config`` (seed ignored by the caller), cached."""
     return _Programs(config)
 
 
 def _run_seed(config: Config, seed: int, pbar) -> dict:
-    progs = _programs(dataclasses.replace(config, seed=0))
+    progs = programs(dataclasses.replace(config, seed=0))
     key = jax.random.key(seed)
     keys = jax.random.split(key, 9)
     k_split, k_cls_d, k_cls_m, k_pre, k_pre_init, k_kd, k_eval, k_ft, k_lm = keys

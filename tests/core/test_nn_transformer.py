@@ -433,7 +433,9 @@ def test_sharded_batch_equals_unsharded(mesh):
     sharded_tokens = sharding.shard_batch(tokens, mesh)
     assert len({s.device for s in sharded_tokens.addressable_shards}) == 4
     out = run(MODEL, sharding.replicate(params, mesh), sharded_tokens)
-    np.testing.assert_allclose(np.asarray(out), np.asarray(base_logits()), atol=1e-6)
+    # per-shard programs may reorder float32 reductions: 1.25e-6 on logits of size ~2 measured
+    # on an AMD EPYC host (XLA:CPU), so equality up to f32 rounding, not bitwise
+    np.testing.assert_allclose(np.asarray(out), np.asarray(base_logits()), rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------------

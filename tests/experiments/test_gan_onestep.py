@@ -51,7 +51,7 @@ def test_tiny_gan_onestep_run(tmp_path):
     assert 0.5 < m["frozen_fraction"] < 1.0  # the default nets' 0.8-0.9 is a unit test
     assert m["images_seen"] == 4 * 8
     # one compile per program for both seeds (per-seed arrays are arguments, not constants)
-    progs = gan_onestep._programs(dataclasses.replace(TINY, seed=0))
+    progs = gan_onestep.programs(dataclasses.replace(TINY, seed=0))
     assert progs.pretrain_step._cache_size() == 1
     assert progs.finetune_step._cache_size() == 3  # one per variant
     assert len(m["fd_per_seed"]["d2o"]) == 2
