@@ -388,8 +388,7 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     # every model's evaluation images come from the same noises z_eval: paired for the bootstrap
     for variant in config.variants:
         t0 = time.perf_counter()
-        uses_kd = variant in ("kd", "kd_gan")
-        ft = progs.finetuner(variant, x_train, d_cls, sigma_data, kd_pairs if uses_kd else None)
+        ft = progs.finetuner(variant, x_train, d_cls, sigma_data, kd_pairs)
         g0 = jax.jit(net.init)(jax.random.fold_in(k_pre_init, 1), x_train[:1], jnp.zeros((1,))) if (
             variant == "scratch_gan") else teacher_params  # fmt: skip
         d0 = jax.jit(d_init)(jax.random.fold_in(k_ft, 7), x_train[:2])
@@ -399,8 +398,7 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
             frozen = G.frozen_fraction(teacher_params, ft.mask)
         program = "d2o" if variant == "scratch_gan" else variant  # same loop, other init
         step = functools.partial(progs.finetune_step, program, data=x_train, d_cls=d_cls,
-                                 sigma_data=sigma_data,
-                                 kd_pairs=kd_pairs if uses_kd else None)  # fmt: skip
+                                 sigma_data=sigma_data, kd_pairs=kd_pairs)  # fmt: skip
         done, curve = 0, []
         for stop in curve_at:
             state, _ = G.run_loop(step, state, int(stop) - done)
