@@ -144,6 +144,9 @@ class Config:
     n_boot: int = 500
 
 
+# the evaluation of the full-size presets: 2000 samples per FD, FD curve, local-minima study
+_FULL_EVAL = dict(classifier_epochs=20, curve_points=4, local_minima_k=(2, 4, 6, 8, 10),
+                  n_eval=2000)  # fmt: skip
 PRESETS = {
     "quick": Config(),
     "full": Config(
@@ -152,11 +155,8 @@ PRESETS = {
         pretrain_steps=800,
         finetune_steps=300,
         kd_pairs=2048,
-        classifier_epochs=20,
         variants=("d2o", "d2o_f", "kd", "scratch_gan"),
-        curve_points=4,
-        local_minima_k=(2, 4, 6, 8, 10),
-        n_eval=2000,
+        **_FULL_EVAL,
     ),
     # the paper-scale budget, for one GPU (not run here: no accelerator in these sessions)
     "accelerator": Config(
@@ -171,10 +171,7 @@ PRESETS = {
         lr_d=1e-4,
         kd_pairs=20_000,
         variants=VARIANTS,
-        curve_points=10,
-        local_minima_k=(2, 4, 6, 8, 10),
-        n_eval=2000,
-        classifier_epochs=30,
+        **{**_FULL_EVAL, "curve_points": 10, "classifier_epochs": 30},
     ),
     # the first landed experiment (compact net, simple heads + pixel head): its figures
     "landed": Config(
@@ -189,16 +186,14 @@ PRESETS = {
         pretrain_steps=1200,
         finetune_steps=500,
         kd_pairs=4096,
-        classifier_epochs=20,
         variants=("d2o", "d2o_f", "kd", "kd_gan"),
-        curve_points=4,
-        local_minima_k=(2, 4, 6, 8, 10),
-        n_eval=2000,
+        **_FULL_EVAL,
     ),
 }
 
 
 CHUNK = 500  # images per jitted call of a sampler or the metric network
+IMAGE = (8, 8, 1)  # digits, NHWC without the batch axis
 
 
 def load_data(key, n_holdout: int):
@@ -234,7 +229,8 @@ class Evaluator:
     def fd(self, images):
         return float(self.fd_features(self.features(images)[0]))
 
-    def score(self, images) -> dict:
+    def score(self, images) -> tuple[dict, np.ndarray]:
+        """The scores of ``images`` and their metric features (kept for the bootstrap)."""
         f, probs = self.features(images)
         labels = jnp.argmax(probs, -1)
         return {
@@ -242,7 +238,7 @@ class Evaluator:
             "coverage": float(G.class_coverage(labels, 10)),
             "classifier_score": float(G.classifier_score(probs)),
             "hf_power_ratio": float(G.high_band_power_ratio(images, self.holdout)),
-        }
+        }, np.asarray(f)
 
 
 class _Programs:
@@ -262,7 +258,7 @@ class _Programs:
                                                      epochs=config.classifier_epochs))  # fmt: skip
         self.heads = G.ProjectedHeads(hidden=config.d_hidden, layout=config.d_layout,
                                       spectral_norm=config.d_spectral_norm)  # fmt: skip
-        self.template = jax.eval_shape(self.net.init, jax.random.key(0), jnp.zeros((1, 8, 8, 1)),
+        self.template = jax.eval_shape(self.net.init, jax.random.key(0), jnp.zeros((1, *IMAGE)),
                                        jnp.zeros(1))  # fmt: skip
         self.pretrain_config = G.PretrainConfig(batch=config.pretrain_batch, lr=config.pretrain_lr)
         self.pretrain_step = jax.jit(
@@ -273,8 +269,8 @@ class _Programs:
                 variant, data, d_cls, sigma_data, kd_pairs).step(state),
             static_argnums=0,
         )  # fmt: skip
-        self.generate = jax.jit(lambda g, z, sigma_data: self.finetuner(
-            "d2o", None, None, sigma_data, None).generate(g, z))  # fmt: skip
+        self.generate = jax.jit(lambda g, z, sigma_data: G.one_step_generate(
+            self.inner, g, z, sigma_data, G.EDMConfig().sigma_max))  # fmt: skip
         self.teacher = jax.jit(
             lambda params, z, sigma_data, k, final_sigma_min=True: G.teacher_sample(
                 self.inner, params, z, k, G.EDMConfig(sigma_data=sigma_data), final_sigma_min
@@ -297,11 +293,9 @@ class _Programs:
             batch=c.batch, lr_g=c.lr_g, lr_d=c.lr_d, gan_weight=gan_w, kd_weight=kd_w,
             r1_gamma=c.r1_gamma, freeze=variant == "d2o_f", sigma_max=G.EDMConfig().sigma_max,
         )  # fmt: skip
-        disc = self.discriminator(d_cls)[0] if d_cls is not None else None
         return G.make_finetuner(
-            self.inner, self.template, disc, jnp.zeros((1, 8, 8, 1)) if data is None else data,
-            sigma_data,
-            ft_cfg, kd_pairs=kd_pairs if kd_w > 0 else None,
+            self.inner, self.template, self.discriminator(d_cls)[0], data, sigma_data, ft_cfg,
+            kd_pairs=kd_pairs if kd_w > 0 else None,
         )  # fmt: skip
 
 
@@ -363,11 +357,12 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
 
     z_eval = jax.random.normal(k_eval, (config.n_eval, *shape))
     teacher_imgs = map_in_chunks(teacher, (z_eval,), CHUNK)
-    scores = {"teacher": evaluator.score(teacher_imgs)}
+    scores, feats = {}, {}
+    scores["teacher"], feats["teacher"] = evaluator.score(teacher_imgs)
     samples = {"teacher": teacher_imgs[:64]}
     d_init = progs.discriminator(d_cls)[1]
     onestep = map_in_chunks(functools.partial(gen, teacher_params), (z_eval,), CHUNK)
-    scores["onestep_pretrained"] = evaluator.score(onestep)
+    scores["onestep_pretrained"], feats["onestep_pretrained"] = evaluator.score(onestep)
     samples["onestep_pretrained"] = onestep[:64]
     timings["references"] = time.perf_counter() - t0
 
@@ -404,11 +399,14 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
             state, _ = G.run_loop(step, state, int(stop) - done)
             done = int(stop)
             imgs = map_in_chunks(functools.partial(gen, state.ema), (z_eval,), CHUNK)
-            curve.append(evaluator.fd(imgs))
+            if done < config.finetune_steps:
+                curve.append(evaluator.fd(imgs))
+        # the last point is the end of the budget: the variant's scores
+        scores[variant], feats[variant] = evaluator.score(imgs)
+        curve.append(scores[variant]["fd"])
         fd_curve[variant] = {"images": (curve_at * config.batch).tolist(), "fd": curve}
-        scores[variant] = evaluator.score(imgs)  # the last point is the end of the budget
         samples[variant] = imgs[:64]
-        finals[variant] = (state.ema, imgs)
+        finals[variant] = state.ema
         timings[variant] = time.perf_counter() - t0
         pbar.update(1)
 
@@ -417,9 +415,8 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     local = None
     if "d2o" in finals and config.local_minima_k:
         z_a = jax.random.normal(k_lm, (config.n_eval, *shape))
-        d2o_params, d2o_eval_imgs = finals["d2o"]
-        student = map_in_chunks(functools.partial(gen, d2o_params), (z_a,), CHUNK)
-        f_student_indep = evaluator.features(d2o_eval_imgs)[0]  # independent noise z_eval
+        student = map_in_chunks(functools.partial(gen, finals["d2o"]), (z_a,), CHUNK)
+        f_student_indep = feats["d2o"]  # images from the independent noise z_eval
         local = {"k": list(config.local_minima_k), "fd_teacher_data": [],
                  "fd_teacher_student": [], "paired_sq_dist": []}  # fmt: skip
         for k in config.local_minima_k:
@@ -432,9 +429,6 @@ def _run_seed(config: Config, seed: int, pbar) -> dict:
     timings["local_minima"] = time.perf_counter() - t0
     pbar.update(1)
 
-    feats = {m: np.asarray(evaluator.features(imgs)[0]) for m, imgs in (
-        ("teacher", teacher_imgs), ("onestep_pretrained", onestep),
-        *((v, finals[v][1]) for v in config.variants))}  # fmt: skip
     return {
         "feats": feats,
         "ref_feats": np.asarray(evaluator.ref_feats),

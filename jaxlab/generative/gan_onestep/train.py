@@ -397,6 +397,20 @@ class Finetuner(NamedTuple):
     mask: PyTree | None
 
 
+def one_step_generate(
+    inner: edm.InnerFn,
+    g_params: PyTree,
+    z: jax.Array,
+    sigma_data: float,
+    sigma_max: float = 80.0,
+    eps: float = edm.D2O_EPS,
+) -> jax.Array:
+    """D2O's one-step generator ``G(z) = D(sigma_max z; sigma_max)``: the preconditioned denoiser
+    applied once to unit noise ``z [B, H, W, C]`` scaled to ``sigma_max`` (the same map as
+    ``Finetuner.generate``; with the pre-trained parameters it is the no-fine-tuning baseline)."""
+    return edm.denoise(inner, g_params, sigma_max * z, sigma_max, sigma_data, eps)
+
+
 def make_finetuner(
     inner: edm.InnerFn,
     g_params_template: PyTree,
@@ -446,8 +460,7 @@ def make_finetuner(
     shape = data.shape[1:]
 
     def generate(g_params, z):
-        x = config.sigma_max * z
-        return edm.denoise(inner, g_params, x, config.sigma_max, sigma_data, config.eps)
+        return one_step_generate(inner, g_params, z, sigma_data, config.sigma_max, config.eps)
 
     def init(key, g_params, d_params):
         key = checks.check_key(key)
