@@ -1,9 +1,9 @@
 """D2O on sklearn digits: a pre-trained EDM denoiser becomes a one-step generator by GAN
 fine-tuning alone, against instance distillation, distillation + GAN and GAN from scratch.
 
-Run: ``python -m experiments run gan_onestep --preset quick`` (124 s on 2 CPU cores, seed 7:
-D2O and KD only, 15k images, 1 block per level) or ``--preset full`` (3 seeds, official
-2 blocks per level, D2O / D2O-F / KD / scratch at 38k images). ``--preset accelerator`` is the
+Run: ``python -m experiments run gan_onestep --preset quick`` (101-124 s on 2 CPU cores, seeds
+7 and 12: D2O and KD only, 15k images, 1 block per level) or ``--preset full`` (722 s, seeds
+8-10: official 2 blocks per level, D2O / D2O-F / KD / scratch at 58k images). ``--preset accelerator`` is the
 paper-scale budget for one GPU (not run: no accelerator was available); ``--preset landed``
 reproduces the first landed experiment (compact net, simple heads + pixel head).
 
@@ -153,7 +153,7 @@ PRESETS = {
         n_seeds=3,
         n_blocks=2,
         pretrain_steps=800,
-        finetune_steps=300,
+        finetune_steps=450,
         kd_pairs=2048,
         variants=("d2o", "d2o_f", "kd", "scratch_gan"),
         **_FULL_EVAL,
