@@ -86,7 +86,12 @@ def restore_pytree(path: str | Path, like: PyTree) -> PyTree:
     if not path.exists():
         raise FileNotFoundError(f"restore_pytree: no checkpoint at `path`={path}.")
     with ocp.StandardCheckpointer() as ckptr:
-        restored = ckptr.restore(path, _abstract(like))
+        try:
+            restored = ckptr.restore(path, _abstract(like))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(
+                f"restore_pytree: `like` does not match the checkpoint at {path}: {e}"
+            ) from None
     return _rewrap_keys(restored, like)
 
 
@@ -134,7 +139,13 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"Checkpointer: no checkpoint in {self.directory}.")
-        restored = self._manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
+        try:
+            restored = self._manager.restore(step, args=ocp.args.StandardRestore(_abstract(like)))
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(
+                f"Checkpointer.restore: `like` does not match checkpoint {step} in "
+                f"{self.directory}: {e}"
+            ) from None
         return step, _rewrap_keys(restored, like)
 
     def maybe_save(self, step: int, tree: PyTree, *, force: bool = False) -> bool:

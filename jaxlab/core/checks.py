@@ -16,6 +16,7 @@ Config dataclasses validate their fields in ``__post_init__`` with the scalar ch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,15 +25,32 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "check_array",
+    "check_bool",
+    "check_callable",
     "check_choice",
+    "check_count",
+    "check_distribution",
+    "check_descending",
     "check_finite",
+    "check_float_dtype",
     "check_in_range",
+    "check_instance",
     "check_int",
+    "check_ints",
     "check_key",
+    "check_number",
     "check_positive",
+    "check_positive_scalar",
     "check_probability",
     "check_rank",
+    "check_real",
+    "check_scalar",
+    "check_same_tree",
     "check_shape",
+    "check_simplex",
+    "check_static_float",
+    "check_tree_finite",
     "is_concrete",
 ]
 
@@ -46,6 +64,33 @@ def _host(x: Any) -> np.ndarray:
     return np.asarray(jax.device_get(x))
 
 
+def _dtype(x: Any):
+    """The dtype ``x`` would have as an array, or ``None`` when it is not array-like."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None:
+        return dtype
+    try:
+        return np.asarray(x).dtype
+    except (TypeError, ValueError):
+        return None
+
+
+def check_real(x: Any, name: str) -> Any:
+    """Raise ``TypeError`` unless ``x`` is real-valued numbers (int or float, not bool / str /
+    complex / object / PRNG key). Static: also checks tracers."""
+    dtype = _dtype(x)
+    ok = (
+        dtype is not None
+        and not jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        and (np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating))
+        and not np.issubdtype(dtype, np.bool_)
+    )
+    if not ok:
+        got = f"dtype {dtype}" if dtype is not None else type(x).__name__
+        raise TypeError(f"`{name}` must be real numbers (int or float), got {got}: {x!r:.80}.")
+    return x
+
+
 def _describe(a: np.ndarray) -> str:
     if a.size == 1:
         return repr(a.reshape(()).item())
@@ -56,6 +101,7 @@ def _describe(a: np.ndarray) -> str:
 
 def check_finite(x: Any, name: str) -> Any:
     """Raise unless every entry of a concrete ``x`` is finite (no NaN, no inf)."""
+    check_real(x, name)
     if is_concrete(x):
         a = _host(x)
         if np.issubdtype(a.dtype, np.inexact) and not np.all(np.isfinite(a)):
@@ -66,6 +112,7 @@ def check_finite(x: Any, name: str) -> Any:
 
 def check_positive(x: Any, name: str, *, strict: bool = True) -> Any:
     """Raise unless a concrete ``x`` is finite and ``> 0`` (``>= 0`` unless ``strict``)."""
+    check_real(x, name)
     if is_concrete(x):
         a = _host(x)
         ok = np.all(a > 0) if strict else np.all(a >= 0)
@@ -87,6 +134,7 @@ def check_in_range(
 
     The ends are closed unless ``low_open`` / ``high_open``; NaN is always out of range.
     """
+    check_real(x, name)
     if is_concrete(x):
         a = _host(x)
         above = a > low if low_open else a >= low
@@ -114,9 +162,14 @@ def check_int(value: Any, name: str, *, minimum: int | None = None, maximum: int
 
 
 def check_choice(value: Any, name: str, choices: Sequence[Any]) -> Any:
-    """``value`` must be one of ``choices``."""
-    if value not in tuple(choices):
-        raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r}.")
+    """``value`` must be one of ``choices`` (an array or an incomparable value is a
+    ``ValueError`` naming ``name``, not NumPy's "truth value is ambiguous")."""
+    try:
+        ok = not isinstance(value, np.ndarray | jax.Array) and value in tuple(choices)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r:.60}.")
     return value
 
 
@@ -165,3 +218,262 @@ def check_key(key: Any, name: str = "key", *, batched: bool = False) -> jax.Arra
         f"`{name}` must be a PRNG key from jax.random.key(seed), got {type(key).__name__} "
         f"with shape {shape} and dtype {dtype}."
     )
+
+
+def check_scalar(
+    value: Any,
+    name: str,
+    low: float = -np.inf,
+    high: float = np.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
+    """A finite real scalar (Python / NumPy number or a 0-d array) in the range from ``low`` to
+    ``high``; a Python number is returned as ``float``, an array unchanged (tracers pass the
+    value check). Bools, strings and arrays of rank > 0 are rejected."""
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a real number, got the bool {value!r}.")
+    check_real(value, name)
+    if np.ndim(value) != 0:
+        raise ValueError(f"`{name}` must be a scalar, got shape {np.shape(value)}.")
+    if isinstance(value, int | float | np.number) and not math.isfinite(float(value)):
+        raise ValueError(f"`{name}` must be finite, got {value!r}.")
+    check_in_range(value, name, low, high, low_open=low_open, high_open=high_open)
+    return float(value) if isinstance(value, int | float | np.number) else value
+
+
+_KINDS = {
+    "real": (np.integer, np.floating),
+    "float": (np.floating,),
+    "int": (np.integer,),
+    "bool": (np.bool_,),
+}
+
+
+def check_array(
+    x: Any,
+    name: str,
+    *,
+    ndim: int | Sequence[int] | None = None,
+    shape: Sequence[int | None] | None = None,
+    dims: str = "",
+    kind: str = "real",
+    finite: bool = True,
+) -> jax.Array:
+    """``x`` as a ``jax.Array`` after checking it: convertible to an array, of dtype ``kind``
+    (``"real"``: int or float; ``"float"``; ``"int"``; ``"bool"``; ints are accepted where floats
+    are expected and converted), of rank ``ndim`` or shape ``shape`` (``None`` = any size), and
+    (``finite``, floats only) free of NaN / inf where concrete. Raises ``TypeError`` for the dtype,
+    ``ValueError`` for rank, shape and values, each naming ``name``."""
+    check_choice(kind, "kind", tuple(_KINDS))
+    if isinstance(x, jax.core.Tracer | jax.Array):
+        arr = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"`{name}` must be an array, got {type(x).__name__} ({e}).") from None
+    dtype = _dtype(arr)
+    if (
+        jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+        or not (
+            any(np.issubdtype(dtype, k) for k in _KINDS[kind])
+            or (kind == "float" and np.issubdtype(dtype, np.integer))
+        )
+        or (kind != "bool" and np.issubdtype(dtype, np.bool_))
+    ):
+        want = {"real": "int or float", "float": "float", "int": "int", "bool": "bool"}[kind]
+        raise TypeError(f"`{name}` must be an array of {want} values, got dtype {dtype}.")
+    if ndim is not None:
+        check_rank(arr, name, ndim)
+    if shape is not None:
+        check_shape(arr, name, shape, dims)
+    if finite and kind != "bool":
+        check_finite(arr, name)
+    if kind == "float" and np.issubdtype(dtype, np.integer):
+        arr = arr.astype(jnp.float32)
+    return arr if isinstance(arr, jax.core.Tracer | jax.Array) else jnp.asarray(arr)
+
+
+def check_descending(x: Any, name: str, *, strict: bool = True) -> Any:
+    """Raise unless a concrete 1-d ``x`` is (strictly, unless ``strict=False``) decreasing."""
+    check_rank(x, name, 1)
+    if is_concrete(x):
+        a = _host(x)
+        d = np.diff(a)
+        if not (np.all(d < 0) if strict else np.all(d <= 0)):
+            order = "strictly decreasing" if strict else "non-increasing"
+            raise ValueError(f"`{name}` must be {order}; got {_describe(a)}: {a[:6]}...")
+    return x
+
+
+def check_callable(fn: Any, name: str) -> Any:
+    """``fn`` must be callable (``TypeError`` otherwise)."""
+    if not callable(fn):
+        raise TypeError(f"`{name}` must be callable, got {type(fn).__name__}: {fn!r:.60}.")
+    return fn
+
+
+def check_instance(value: Any, name: str, cls: type | tuple[type, ...]) -> Any:
+    """``value`` must be an instance of ``cls`` (``TypeError`` otherwise)."""
+    if not isinstance(value, cls):
+        want = cls.__name__ if isinstance(cls, type) else " or ".join(c.__name__ for c in cls)
+        raise TypeError(f"`{name}` must be a {want}, got {type(value).__name__}: {value!r:.60}.")
+    return value
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """A Python / NumPy bool (not an int, a string or an array); returns a Python bool."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a bool, got {type(value).__name__}: {value!r:.60}.")
+    return bool(value)
+
+
+def check_ints(value: Any, name: str, *, minimum: int | None = None, nonempty: bool = True):
+    """A tuple / list of ints (each ``>= minimum``; at least one unless ``nonempty=False``), not a
+    bare int, a string or an array; returns a tuple of Python ints."""
+    if isinstance(value, str) or not isinstance(value, tuple | list):
+        raise TypeError(
+            f"`{name}` must be a tuple of ints, got {type(value).__name__}: {value!r:.60}."
+        )
+    if nonempty and len(value) == 0:
+        raise ValueError(f"`{name}` must be a non-empty tuple of ints, got {value!r}.")
+    return tuple(check_int(v, name, minimum=minimum) for v in value)
+
+
+def check_float_dtype(dtype: Any, name: str = "dtype", *, allow_none: bool = True) -> Any:
+    """A floating dtype (or ``None`` where ``allow_none``); returns it unchanged."""
+    if dtype is None and allow_none:
+        return None
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"`{name}` must be a float dtype, got {dtype!r}.") from None
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise TypeError(f"`{name}` must be a float dtype, got {dt}.")
+    return dtype
+
+
+def check_simplex(x: Any, name: str, *, atol: float = 1e-5) -> Any:
+    """Where concrete, every vector along the last axis of ``x`` is a probability vector
+    (entries ``>= -atol``, summing to 1 within ``atol``); e.g. policy rows, transition rows."""
+    check_real(x, name)
+    if is_concrete(x):
+        a = np.asarray(jax.device_get(x), np.float64)
+        if a.size and (
+            not np.all(np.isfinite(a))
+            or np.any(a < -atol)
+            or not np.allclose(a.sum(-1), 1.0, rtol=0, atol=atol)
+        ):
+            err = np.abs(a.sum(-1) - 1.0)
+            worst = float(np.max(np.where(np.isnan(err), np.inf, err)))
+            raise ValueError(
+                f"`{name}` must hold probability vectors along its last axis (nonnegative, "
+                f"summing to 1, finite); got smallest entry {np.min(a):.4g}, largest row-sum error "
+                f"{worst:.3g}."
+            )
+    return x
+
+
+def check_same_tree(tree: Any, name: str, reference: Any, reference_name: str) -> Any:
+    """``tree`` has the pytree structure and the leaf shapes of ``reference`` (static: works on
+    tracers and ``jax.ShapeDtypeStruct`` leaves), e.g. a state built for another size."""
+    ref_def = jax.tree_util.tree_structure(reference)
+    got_def = jax.tree_util.tree_structure(tree)
+    if got_def != ref_def:
+        raise ValueError(
+            f"`{name}` must have the pytree structure of {reference_name}; got {got_def!s:.200}, "
+            f"expected {ref_def!s:.200}."
+        )
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    for (path, a), b in zip(leaves, jax.tree_util.tree_leaves(reference), strict=True):
+        if np.shape(a) != np.shape(b):
+            raise ValueError(
+                f"`{name}{jax.tree_util.keystr(path)}` must have shape {np.shape(b)} (as in "
+                f"{reference_name}), got {np.shape(a)}: was it built for another size?"
+            )
+    return tree
+
+
+def check_number(
+    value: Any,
+    name: str,
+    low: float = -np.inf,
+    high: float = np.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> Any:
+    """Like :func:`check_scalar`, but an infinite value is allowed where the range allows it
+    (``inf`` for "no half-life"); NaN is always rejected; returns ``value`` unchanged."""
+    if isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a real number, got the bool {value!r}.")
+    check_real(value, name)
+    if np.ndim(value) != 0:
+        raise ValueError(f"`{name}` must be a scalar, got shape {np.shape(value)}.")
+    check_in_range(value, name, low, high, low_open=low_open, high_open=high_open)
+    return value
+
+
+def check_tree_finite(tree: Any, name: str) -> Any:
+    """Every concrete float leaf of ``tree`` is free of NaN / inf (tracers pass); the message
+    names the leaf's path, e.g. ``params['Dense_0']['kernel']``."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        if np.issubdtype(getattr(leaf, "dtype", np.dtype(object)), np.inexact):
+            check_finite(leaf, f"{name}{jax.tree_util.keystr(path)}")
+    return tree
+
+
+def check_count(value: Any, name: str, minimum: int = 0) -> Any:
+    """An int ``>= minimum``: a Python / NumPy int, or an integer scalar array (a traced one
+    passes the value check). Returns a Python int for Python input, the array otherwise."""
+    if isinstance(value, jax.Array | np.ndarray):
+        dtype = value.dtype
+        if (
+            np.ndim(value) != 0
+            or jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+            or not np.issubdtype(dtype, np.integer)
+        ):
+            raise TypeError(
+                f"`{name}` must be an int (or an integer scalar array), got an array of shape "
+                f"{np.shape(value)} and dtype {dtype}."
+            )
+        if is_concrete(value) and int(value) < minimum:
+            raise ValueError(f"`{name}` must be >= {minimum}, got {int(value)}.")
+        return value
+    return check_int(value, name, minimum=minimum)
+
+
+def check_static_float(
+    value: Any,
+    name: str,
+    low: float = -np.inf,
+    high: float = np.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
+    """A concrete finite real scalar in the range, as a Python float (for a value that picks a
+    branch or a shape: a traced one is a ``TypeError``)."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"`{name}` must be a concrete number (it is static), got a traced value.")
+    return float(check_scalar(value, name, low, high, low_open=low_open, high_open=high_open))
+
+
+def check_positive_scalar(value: Any, name: str, *, strict: bool = True) -> Any:
+    """A finite real scalar ``> 0`` (``>= 0`` unless ``strict``); traced values pass the value
+    check. Returns ``value`` unchanged."""
+    check_scalar(value, name)
+    check_positive(value, name, strict=strict)
+    return value
+
+
+def check_distribution(
+    x: Any, name: str, shape: Sequence[int | None], dims: str = "", atol: float = 1e-5
+) -> jax.Array:
+    """A float array of ``shape`` whose last axis holds probability vectors (nonnegative, summing
+    to one within ``atol``) where concrete, e.g. a policy ``[S, A]``; ints become float."""
+    x = check_array(x, name, shape=shape, dims=dims, kind="float")
+    check_simplex(x, name, atol=atol)
+    return x

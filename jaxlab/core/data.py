@@ -18,6 +18,8 @@ import functools
 
 import numpy as np
 
+from jaxlab.core.checks import check_int
+
 SCALES = ("unit", "signed", "raw")
 LAYOUTS = ("flat", "image", "nhwc")
 NUM_DIGITS = 1797
@@ -56,6 +58,12 @@ def load_digits(
         raise ValueError(f"load_digits: `scale` must be one of {SCALES}, got {scale!r}.")
     if layout not in LAYOUTS:
         raise ValueError(f"load_digits: `layout` must be one of {LAYOUTS}, got {layout!r}.")
+    try:
+        ok = np.issubdtype(np.dtype(dtype), np.floating)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise TypeError(f"load_digits: `dtype` must be float32 or float64, got {dtype!r}.")
     pixels, target = _raw_digits()
     if scale == "unit":
         pixels = pixels / 16.0
@@ -83,6 +91,8 @@ def digits_split(
     for a given seed; ``test_size`` images go to the test set (``10 <= test_size <= 1787``: at
     least one image per class on each side).
     """
+    check_int(test_size, "test_size")
+    check_int(seed, "seed", minimum=0, maximum=2**32 - 1)
     if not 10 <= int(test_size) <= NUM_DIGITS - 10:
         raise ValueError(
             f"digits_split: `test_size` must be in [10, {NUM_DIGITS - 10}] (one image per class on "

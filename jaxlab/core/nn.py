@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core.checks import check_int, check_key, check_scalar
+
 Activation = str | Callable[[jax.Array], jax.Array]
 
 _ACTIVATIONS: dict[str, Callable[..., jax.Array]] = {
@@ -109,8 +111,12 @@ def dense_init(scheme: str, fan_in: int, gain: float = 1.0) -> dict[str, Callabl
 
 
 def _check_features(features: Sequence[int], name: str) -> None:
-    if len(features) == 0 or any(int(f) < 1 for f in features):
-        raise ValueError(f"`{name}` must be a non-empty sequence of positive ints, got {features}.")
+    def positive_int(f) -> bool:
+        return not isinstance(f, bool) and isinstance(f, int | np.integer) and f >= 1
+
+    ok = isinstance(features, Sequence) and not isinstance(features, str)
+    if not (ok and len(features) > 0 and all(positive_int(f) for f in features)):
+        raise ValueError(f"`{name}` must be a non-empty tuple of positive ints; got {features!r}")
 
 
 class MLP(nn.Module):
@@ -239,14 +245,14 @@ def rope(
     if d % 2:
         raise ValueError(f"rope: the head dimension (last axis of `x`) must be even, got {d}.")
     positions = jnp.asarray(positions)
-    if positions.ndim == 1:
+    if positions.ndim == 1 and positions.shape[0] == x.shape[1]:
         positions = jnp.broadcast_to(positions[None, :], x.shape[:2])
     if positions.shape != x.shape[:2]:
         raise ValueError(
             f"rope: `positions` must be [B, T] = {x.shape[:2]} or [T], got shape {positions.shape}."
         )
-    if not scale > 0:
-        raise ValueError(f"rope: `scale` must be > 0, got {scale}.")
+    check_scalar(scale, "scale", 0.0, low_open=True)
+    check_scalar(base, "base", 0.0, low_open=True)
     inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)  # [D/2]
     angles = (positions.astype(jnp.float32) * scale)[:, :, None] * inv_freq[None, None, :]
     cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]  # [B, T, 1, D/2]
@@ -263,8 +269,9 @@ def sinusoidal_embedding(t: jax.Array, dim: int, max_period: float = 10000.0) ->
     time embedding for :class:`Transformer`'s ``cond``, e.g. ``sinusoidal_embedding(1000 * t, 128)``
     for ``t [B, T]``.
     """
-    if dim < 2 or dim % 2:
-        raise ValueError(f"sinusoidal_embedding: `dim` must be an even int >= 2, got {dim}.")
+    if isinstance(dim, bool) or not isinstance(dim, int | np.integer) or dim < 2 or dim % 2:
+        raise ValueError(f"sinusoidal_embedding: `dim` must be an even int >= 2, got {dim!r}.")
+    check_scalar(max_period, "max_period", 0.0, low_open=True)
     t = jnp.asarray(t, jnp.float32)
     freqs = max_period ** (-jnp.arange(dim // 2, dtype=jnp.float32) / (dim // 2))
     args = t[..., None] * freqs.reshape((1,) * t.ndim + (dim // 2,))
@@ -667,8 +674,11 @@ class Transformer(nn.Module):
 
     def _check_config(self) -> None:
         for name in ("d_model", "num_layers", "num_heads"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"Transformer: `{name}` must be >= 1, got {getattr(self, name)}.")
+            check_int(getattr(self, name), f"Transformer.{name}", minimum=1)
+        for name in ("d_mlp", "vocab_size", "output_dim", "max_len", "d_cond"):
+            if getattr(self, name, None) is not None:
+                check_int(getattr(self, name), f"Transformer.{name}", minimum=1)
+        check_scalar(self.layer_norm_eps, "Transformer.layer_norm_eps", 0.0, low_open=True)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"Transformer: `d_model` ({self.d_model}) must be divisible by `num_heads` "
@@ -1056,10 +1066,13 @@ def generate(
         raise ValueError(
             f"generate: `prompt` must be integer tokens [B, P], got {prompt.shape} {prompt.dtype}."
         )
-    if int(max_new_tokens) < 1:
-        raise ValueError(f"generate: `max_new_tokens` must be >= 1, got {max_new_tokens}.")
-    if isinstance(top_k, int) and not 1 <= top_k <= model.vocab_size:
-        raise ValueError(f"generate: `top_k` must be in [1, vocab_size], got {top_k}.")
+    key = check_key(key, "key")
+    check_int(max_new_tokens, "max_new_tokens", minimum=1)
+    bad_k = isinstance(top_k, int) and not 1 <= top_k <= model.vocab_size
+    if isinstance(top_k, bool | float) or bad_k:
+        raise ValueError(f"generate: `top_k` must be an int in [1, vocab_size], got {top_k!r}.")
+    if not isinstance(temperature, jax.core.Tracer):
+        check_scalar(temperature, "temperature")
     if prompt_mask is None:
         prompt_mask = np.ones(prompt.shape, bool)  # host-side: no eager op to compile
     prompt_mask = jnp.asarray(prompt_mask)

@@ -43,6 +43,8 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxlab.core.checks import check_int
+
 PyTree = Any
 
 DATA_AXIS = "data"
@@ -204,8 +206,7 @@ def pad_batch(tree: PyTree, multiple: int) -> tuple[PyTree, jax.Array]:
       ``(padded, mask)``: leaves ``[B', ...]`` with ``B' = ceil(B / multiple) * multiple``, and
       ``mask: [B'] bool``, true for the first ``B`` rows.
     """
-    if multiple < 1:
-        raise ValueError(f"pad_batch: `multiple` must be >= 1, got {multiple}.")
+    check_int(multiple, "multiple", minimum=1)
     b = batch_size(tree, "tree")
     padded_size = -(-b // multiple) * multiple
     pad = padded_size - b

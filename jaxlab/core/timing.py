@@ -25,6 +25,8 @@ from typing import Any
 
 import jax
 
+from jaxlab.core.checks import check_int
+
 __all__ = ["Timing", "result_row", "time_call"]
 
 
@@ -47,8 +49,10 @@ def _blocked_call(fn: Callable, args: tuple) -> float:
 
 def time_call(fn: Callable, *args: Any, n_warmup: int = 2, n_runs: int = 5) -> Timing:
     """Time ``fn(*args)``; see the module docstring for what is measured."""
-    if n_runs < 1:
-        raise ValueError(f"time_call: `n_runs` must be >= 1, got {n_runs}.")
+    check_int(n_runs, "n_runs", minimum=1)
+    check_int(n_warmup, "n_warmup", minimum=0)
+    if not callable(fn):
+        raise TypeError(f"time_call: `fn` must be callable, got {type(fn).__name__}.")
     compile_s = None
     if hasattr(fn, "lower"):
         start = time.perf_counter()

@@ -37,6 +37,7 @@ from flax import struct
 from tqdm.auto import tqdm
 
 from jaxlab.core.checkpoint import Checkpointer
+from jaxlab.core.checks import check_int, check_key
 
 PyTree = Any
 Step = Callable[[PyTree, Any], tuple[PyTree, PyTree]]
@@ -44,6 +45,7 @@ ChunkCallback = Callable[[int, PyTree], None]
 
 __all__ = [
     "TrainState",
+    "all_finite",
     "fit",
     "map_in_chunks",
     "minibatch_epochs",
@@ -51,6 +53,17 @@ __all__ = [
     "run_chunked",
     "scan_steps",
 ]
+
+
+def all_finite(*trees: PyTree) -> jax.Array:
+    """``[]`` bool: every float leaf of ``trees`` is free of NaN / inf (traceable; put it in a
+    step's metrics as ``finite`` so that a run that went non-finite is flagged, not reported)."""
+    flags = [
+        jnp.all(jnp.isfinite(leaf))
+        for leaf in jax.tree_util.tree_leaves(trees)
+        if jnp.issubdtype(jnp.asarray(leaf).dtype, jnp.inexact)
+    ]
+    return jnp.all(jnp.stack(flags)) if flags else jnp.ones((), bool)
 
 
 def scan_steps(step: Step, state: PyTree, n_steps: int, xs: PyTree = None) -> tuple[PyTree, PyTree]:
@@ -65,6 +78,7 @@ def scan_steps(step: Step, state: PyTree, n_steps: int, xs: PyTree = None) -> tu
     Returns:
       ``(final_state, metrics)`` with every metrics leaf stacked: ``[n_steps, ...]``.
     """
+    check_int(n_steps, "n_steps", minimum=0)
     return jax.lax.scan(step, state, xs, length=n_steps)
 
 
@@ -117,10 +131,8 @@ def run_chunked(
       ``(final_state, metrics)``; metrics leaves are NumPy arrays ``[n_steps, ...]``, or
       ``[S, n_steps, ...]`` with ``vmap=True`` (the layout of ``jax.vmap`` over a whole run).
     """
-    if n_steps < 1:
-        raise ValueError(f"run_chunked: `n_steps` must be >= 1, got {n_steps}.")
-    if chunk_size < 1:
-        raise ValueError(f"run_chunked: `chunk_size` must be >= 1, got {chunk_size}.")
+    check_int(n_steps, "n_steps", minimum=1)
+    check_int(chunk_size, "chunk_size", minimum=1)
     if xs is not None:
         lengths = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(xs)}
         if lengths != {n_steps}:
@@ -288,9 +300,8 @@ def fit(
     Returns:
       ``(params, losses [num_steps])``, the loss at each step before its update.
     """
-    if num_steps < 0:
-        raise ValueError(f"fit: `num_steps` must be >= 0, got {num_steps}.")
-    keys = None if key is None else jax.random.split(key, num_steps)
+    check_int(num_steps, "num_steps", minimum=0)
+    keys = None if key is None else jax.random.split(check_key(key, "key"), num_steps)
     value_and_grad = jax.value_and_grad(loss_fn)
 
     def body(carry, inputs):
@@ -341,11 +352,9 @@ def minibatch_epochs(
     sizes = {int(np.shape(d)[0]) for d in data}
     if len(sizes) != 1:
         raise ValueError(f"minibatch_epochs: `data` arrays have different lengths {sorted(sizes)}.")
-    if batch_size < 1 or epochs < 0:
-        raise ValueError(
-            f"minibatch_epochs: need `batch_size` >= 1 and `epochs` >= 0, got {batch_size}, "
-            f"{epochs}."
-        )
+    check_int(batch_size, "batch_size", minimum=1)
+    check_int(epochs, "epochs", minimum=0)
+    key = check_key(key, "key")
     (n,) = sizes
     n_batches, size = max(1, n // batch_size), min(batch_size, n)
     value_and_grad = jax.value_and_grad(loss_fn)

@@ -67,3 +67,25 @@ def test_benchmark_cli_writes_json(tmp_path, monkeypatch):
     assert {row["devices"] for row in report["rows"]} == {1, 2, 4}
     assert report["device_count"] == 4
     assert main(["run", "nope"]) == 2
+
+
+def test_benchmark_cli_output_problems_are_one_line_errors(tmp_path, capsys, monkeypatch):
+    # caught before the benchmark runs: a folder as --out, a path below a file
+    ran = []
+    monkeypatch.setattr(bench, "run", lambda size: ran.append(size) or [])
+    assert main(["run", "sharded_mean", "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    (tmp_path / "f").write_text("x")
+    assert main(["run", "sharded_mean", "--out", str(tmp_path / "f" / "b.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write there" in err
+    assert ran == []
+
+    def interrupted(size):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "run", interrupted)
+    assert main(["run", "sharded_mean", "--out", str(tmp_path / "b.json")]) == 130
+    assert capsys.readouterr().err == (
+        "error: interrupted during benchmark sharded_mean; nothing written\n"
+    )
