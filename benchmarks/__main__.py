@@ -54,6 +54,20 @@ def print_table(name: str, rows: list[dict]) -> None:
     Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
+def _unwritable(out: Path) -> str | None:
+    """Why the JSON report cannot be written at ``out`` (``None`` if it can)."""
+    if out.is_dir():
+        return "is a folder; give a file name such as results/bench/NAME.json"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        probe = out.parent / f".{out.name}.write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        return f"cannot write there ({e.strerror or e})"
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -90,10 +104,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = list(registry) if args.all else [args.name]
     if not names:
         print("No benchmarks registered yet: nothing to run.")
+    default = Path("results") / "bench"
+    outs = {n: Path(args.out) if args.out else default / f"{n}.json" for n in names}
+    for out in outs.values():  # output problems are caught before any benchmark runs
+        problem = _unwritable(out)
+        if problem:
+            print(f"error: --out {out}: {problem}", file=sys.stderr)
+            return 2
     for name in names:
-        rows = registry[name].run(args.size)
-        out = Path(args.out) if args.out else Path("results") / "bench" / f"{name}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
+        out = outs[name]
+        try:
+            rows = registry[name].run(args.size)
+        except KeyboardInterrupt:
+            print(f"error: interrupted during benchmark {name}; nothing written", file=sys.stderr)
+            return 130
         report = {
             "benchmark": name,
             "size": args.size,

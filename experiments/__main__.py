@@ -100,11 +100,18 @@ def _run(args, registry: Mapping[str, Experiment]) -> int:
             )
         except ExperimentError:
             raise
+        except KeyboardInterrupt:
+            out = Path(args.out) if args.out else RESULTS_DIR / name
+            print_error(f"interrupted; partial outputs in {out}; resume with --resume")
+            return 130
         except Exception as e:  # noqa: BLE001 - reported, and the run is marked failed
             out = Path(args.out) if args.out else RESULTS_DIR / name
+            trace = out / "error.txt"
+            where = f"traceback in {trace}" if trace.exists() else "no error.txt could be written"
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             print_error(
-                f"experiment {name} failed: {type(e).__name__}: {e} "
-                f"(traceback in {out / 'error.txt'}; partial outputs kept, no metrics.json)"
+                f"experiment {name} failed: {type(e).__name__}: {first} "
+                f"({where}; partial outputs kept, no metrics.json)"
             )
             failures.append(name)
             continue

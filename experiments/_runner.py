@@ -4,6 +4,8 @@ An experiment is a module ``experiments/<name>.py`` (no leading underscore) that
 
 - ``NAME`` (the registry name), ``PAPER`` (title, venue) and ``CLAIM`` (the one-line headline);
 - ``Config``: a frozen dataclass with documented defaults and an ``int`` field ``seed``;
+- ``LIMITS``: ``{field: Range(...) | Choice(...)}`` for every numeric and string field of
+  ``Config`` (see :mod:`experiments._config`); a config outside it is refused before the run;
 - ``PRESETS``: ``{"quick": Config(...), "full": Config(...)}`` (quick ~1-3 min, full <= ~20 min
   on 2 CPU cores);
 - ``run(config, out_dir) -> dict``: trains/evaluates the method and its baselines, writes
@@ -39,7 +41,14 @@ from typing import Any
 
 import numpy as np
 
-from experiments._config import OverrideError, apply_overrides, config_fields
+from experiments._config import (
+    ConfigError,
+    OverrideError,
+    apply_overrides,
+    check_config,
+    config_fields,
+    missing_limits,
+)
 
 RESULTS_DIR = Path("results")
 META_KEYS = (
@@ -69,6 +78,7 @@ class Experiment:
     config_cls: type
     presets: Mapping[str, Any]
     run: Callable[[Any, Path], dict]
+    limits: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if not dataclasses.is_dataclass(self.config_cls):
@@ -79,12 +89,21 @@ class Experiment:
             raise TypeError(f"experiment {self.name}: Config needs an int field `seed`.")
         if "quick" not in self.presets:
             raise TypeError(f"experiment {self.name}: PRESETS needs a 'quick' preset.")
+        missing = missing_limits(self.config_cls, self.limits)
+        if missing:
+            raise TypeError(f"experiment {self.name}: LIMITS has no range for {', '.join(missing)}")
         for preset, config in self.presets.items():
             if not isinstance(config, self.config_cls):
                 raise TypeError(f"experiment {self.name}: preset {preset!r} is not a Config.")
+            try:
+                check_config(config, self.limits, owner=f"{self.name}.Config")
+            except ConfigError as e:
+                raise TypeError(f"experiment {self.name}: preset {preset!r}: {e}") from None
 
     @classmethod
     def from_module(cls, module: ModuleType) -> Experiment:
+        if not hasattr(module, "LIMITS"):
+            raise TypeError(f"experiment module {module.__name__} defines no LIMITS (field ranges)")
         return cls(
             name=module.NAME,
             paper=module.PAPER,
@@ -92,6 +111,7 @@ class Experiment:
             config_cls=module.Config,
             presets=module.PRESETS,
             run=module.run,
+            limits=module.LIMITS,
         )
 
 
@@ -148,13 +168,30 @@ def resolve_config(exp: Experiment, preset: str, seed: int | None, overrides: li
         raise ExperimentError(
             f"experiment {exp.name} has no preset {preset!r}; presets: {', '.join(exp.presets)}"
         )
+    owner = f"{exp.name}.Config"
     try:
-        config = apply_overrides(exp.presets[preset], overrides, owner=f"{exp.name}.Config")
-    except OverrideError as e:
+        config = apply_overrides(exp.presets[preset], overrides, owner=owner)
+        if seed is not None:
+            config = dataclasses.replace(config, seed=seed)
+        return check_config(config, exp.limits, owner=owner)
+    except (OverrideError, ConfigError) as e:
         raise ExperimentError(str(e)) from None
-    if seed is not None:
-        config = dataclasses.replace(config, seed=seed)
-    return config
+    except (TypeError, ValueError) as e:  # the Config's own __post_init__ checks
+        raise ExperimentError(f"{owner}: {e}") from None
+
+
+def prepare_out_dir(out: Path) -> Path:
+    """Create ``out`` (and its parents) and check it can be written, before any work starts."""
+    if out.exists() and not out.is_dir():
+        raise ExperimentError(f"--out {out} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ExperimentError(f"--out {out}: cannot write there ({e.strerror or e})") from None
+    return out
 
 
 def run_experiment(
@@ -175,8 +212,7 @@ def run_experiment(
     import jax
 
     config = resolve_config(exp, preset, seed, overrides or [])
-    out = Path(out_dir) if out_dir is not None else RESULTS_DIR / exp.name
-    out.mkdir(parents=True, exist_ok=True)
+    out = prepare_out_dir(Path(out_dir) if out_dir is not None else RESULTS_DIR / exp.name)
     config_json = to_jsonable(config)
     config_path, ckpt_dir = out / "config.json", out / "checkpoints"
 
@@ -203,8 +239,12 @@ def run_experiment(
         if clash:
             raise TypeError(f"run() returned reserved metric names {clash}")
         metrics = to_jsonable(figures)
-    except BaseException:
-        (out / "error.txt").write_text(traceback.format_exc())
+    except BaseException as e:
+        why = "interrupted (KeyboardInterrupt)\n\n" if isinstance(e, KeyboardInterrupt) else ""
+        try:
+            (out / "error.txt").write_text(why + traceback.format_exc())
+        except OSError:
+            pass  # the folder went away or read-only mid-run; the caller reports the error
         raise
     wall = time.perf_counter() - start
 

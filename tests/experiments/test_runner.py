@@ -19,8 +19,16 @@ import pytest
 
 from experiments import _common
 from experiments.__main__ import main
-from experiments._config import OverrideError, apply_overrides, parse_value
-from experiments._runner import Experiment, build_report, run_experiment
+from experiments._config import (
+    COUNT,
+    POSITIVE,
+    Choice,
+    OverrideError,
+    Range,
+    apply_overrides,
+    parse_value,
+)
+from experiments._runner import Experiment, build_report, discover, run_experiment
 from jaxlab.core.training import run_chunked
 
 # --------------------------------------------------------------------------- the tiny experiment
@@ -93,8 +101,19 @@ def failing_run(config: TinyConfig, out_dir: Path) -> dict:
     raise RuntimeError("diverged at step 3")
 
 
-TINY = Experiment("tiny", "Tiny (test only)", "Adam fits a vector.", TinyConfig, PRESETS, tiny_run)
-BROKEN = Experiment("broken", "Broken", "Always fails.", TinyConfig, PRESETS, failing_run)
+LIMITS = {
+    "n_steps": COUNT,
+    "chunk_size": COUNT,
+    "lr": POSITIVE,
+    "dims": Range(1, 8, min_items=1),
+    "label": Choice("tiny", "other"),
+    "scale": Range(0, 10),
+    "mode": Choice("adam", "sgd"),
+}
+TINY = Experiment(
+    "tiny", "Tiny (test only)", "Adam fits a vector.", TinyConfig, PRESETS, tiny_run, LIMITS
+)
+BROKEN = Experiment("broken", "Broken", "Always fails.", TinyConfig, PRESETS, failing_run, LIMITS)
 REGISTRY = {"tiny": TINY, "broken": BROKEN}
 
 
@@ -271,7 +290,134 @@ def test_contract_is_checked_at_registration():
     with pytest.raises(TypeError, match="needs an int field `seed`"):
         Experiment("x", "p", "c", NoSeed, {"quick": NoSeed()}, tiny_run)
     with pytest.raises(TypeError, match="'quick' preset"):
-        Experiment("x", "p", "c", TinyConfig, {"full": TinyConfig()}, tiny_run)
+        Experiment("x", "p", "c", TinyConfig, {"full": TinyConfig()}, tiny_run, LIMITS)
+    # every numeric / string field needs a declared range, and the presets must meet them
+    partial = {k: v for k, v in LIMITS.items() if k not in ("lr", "label")}
+    with pytest.raises(TypeError, match="LIMITS has no range for lr, label"):
+        Experiment("x", "p", "c", TinyConfig, PRESETS, tiny_run, partial)
+    bad = {"quick": TinyConfig(chunk_size=0)}
+    with pytest.raises(TypeError, match="preset 'quick': x.Config.chunk_size must be in"):
+        Experiment("x", "p", "c", TinyConfig, bad, tiny_run, LIMITS)
+    with pytest.raises(TypeError, match="LIMITS names fields it does not have: nope"):
+        Experiment("x", "p", "c", TinyConfig, PRESETS, tiny_run, {**LIMITS, "nope": COUNT})
+
+
+# --------------------------------------------------------------------------- bad input at the CLI
+
+
+@pytest.mark.parametrize(
+    ("assignment", "message"),
+    [
+        ("n_steps=0", "tiny.Config.n_steps must be in [1, inf], got 0"),
+        ("chunk_size=-3", "tiny.Config.chunk_size must be in [1, inf], got -3"),
+        ("lr=-0.1", "tiny.Config.lr must be in (0, inf], got -0.1"),
+        ("lr=nan", "tiny.Config.lr must be in (0, inf], got nan"),
+        ("lr=inf", "tiny.Config.lr must be in (0, inf], got inf"),
+        ("dims=[]", "tiny.Config.dims needs at least 1 item(s)"),
+        ("dims=[2,0]", "tiny.Config.dims must be in [1, 8], got 0 (in (2, 0))"),
+        ("label=big", "tiny.Config.label must be one of ['tiny', 'other'], got 'big'"),
+        ("scale=11", "tiny.Config.scale must be in [0, 10], got 11"),
+    ],
+)
+def test_cli_out_of_range_field_is_a_one_line_error(assignment, message, capsys, tmp_path):
+    rc = main(["run", "tiny", "--set", assignment, "--out", str(tmp_path / "o")], REGISTRY)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and message in err, err
+    assert not (tmp_path / "o").exists()  # refused before the run: nothing written
+    assert main(["run", "tiny", "--seed", "-1", "--out", str(tmp_path / "o")], REGISTRY) == 2
+    assert "tiny.Config.seed must be in [0, inf], got -1" in capsys.readouterr().err
+
+
+def test_cli_out_folder_problems_are_one_line_errors(capsys, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    assert main(["run", "tiny", "--out", str(afile)], REGISTRY) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {afile} is a file, not a folder" in err
+    assert main(["run", "tiny", "--out", str(afile / "below")], REGISTRY) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write there" in err
+
+
+def test_cli_unwritable_out_folder(capsys, tmp_path, monkeypatch):
+    # a read-only folder (root ignores chmod, so the write itself is made to fail)
+    real_write = Path.write_text
+
+    def refuse(self, *args, **kwargs):
+        if self.name == ".write-test":
+            raise PermissionError(13, "Permission denied")
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", refuse)
+    assert main(["run", "tiny", "--out", str(tmp_path)], REGISTRY) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot write there (Permission denied)" in err
+
+
+def test_cli_failure_does_not_claim_an_error_txt_it_could_not_write(capsys, tmp_path, monkeypatch):
+    real_write = Path.write_text
+
+    def no_error_txt(self, *args, **kwargs):
+        if self.name == "error.txt":
+            raise OSError(30, "Read-only file system")
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", no_error_txt)
+    assert main(["run", "broken", "--out", str(tmp_path)], REGISTRY) == 1
+    err = capsys.readouterr().err
+    assert "no error.txt could be written" in err and "traceback in" not in err
+
+
+def test_cli_ctrl_c_is_one_line_and_resume_matches_an_uninterrupted_run(capsys, tmp_path):
+    reference = run_experiment(TINY, out_dir=tmp_path / "ref")
+    INTERRUPT_AT["done"] = 30
+    out = tmp_path / "run"
+    assert main(["run", "tiny", "--out", str(out)], REGISTRY) == 130
+    err = capsys.readouterr().err
+    assert err == f"error: interrupted; partial outputs in {out}; resume with --resume\n"
+    assert not (out / "metrics.json").exists()
+    assert "interrupted" in (out / "error.txt").read_text()
+    INTERRUPT_AT["done"] = None
+    CHUNKS_RUN.clear()
+    assert main(["run", "tiny", "--resume", "--out", str(out)], REGISTRY) == 0
+    assert CHUNKS_RUN == [40]  # the checkpoint of step 30 was intact
+    resumed = json.loads((out / "metrics.json").read_text())
+    for key in ("final_loss", "loss_curve", "final_params"):
+        np.testing.assert_array_equal(resumed[key], reference[key], err_msg=key)
+    assert resumed["steps_to_tol"] == reference["steps_to_tol"]
+
+
+def _below(spec, tp):
+    """A value just outside ``spec``'s lower end, as ``--set`` text, or None if unbounded."""
+    if not isinstance(spec, Range) or spec.low == -float("inf"):
+        return None
+    if tp is int:
+        return str(int(spec.low) if spec.low_open else int(spec.low) - 1)
+    return repr(spec.low if spec.low_open else spec.low - 1.0)
+
+
+def test_every_experiment_declares_and_enforces_its_limits():
+    import typing
+
+    from experiments._runner import ExperimentError, resolve_config
+
+    registry = discover()  # registration checks LIMITS covers every field and every preset
+    assert len(registry) >= 8
+    checked = 0
+    for exp in registry.values():
+        hints = typing.get_type_hints(exp.config_cls)
+        for name, spec in exp.limits.items():
+            tp = hints[name]
+            value = _below(spec, tp) if tp in (int, float) else None
+            if isinstance(spec, Choice) and hints[name] is str:
+                value = "'no-such-option'"
+            if value is None:
+                continue
+            # named by the range check, or by the Config's own __post_init__ check
+            with pytest.raises(ExperimentError, match=rf"{exp.name}.Config(\.{name} |: .*{name})"):
+                resolve_config(exp, "quick", None, [f"{name}={value}"])
+            checked += 1
+    assert checked > 100
 
 
 # --------------------------------------------------------------------------- report and list
