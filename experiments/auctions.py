@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, POSITIVE, Choice, Range
 from jaxlab.core.training import progress_bar, run_chunked, scan_steps
 from jaxlab.games import auctions as A
 
@@ -89,6 +90,33 @@ class Config:
     record_at: tuple[int, ...] = ()
     eval_grid: int = 10_000
     secondary: tuple[str, ...] = ()
+
+
+LIMITS = {
+    "n_seeds": COUNT,
+    "n_bidders": Range(2, min_items=1),
+    "steps": COUNT,
+    "ante_samples": COUNT,
+    "market_samples": COUNT,
+    "bandwidths": Range(0, low_open=True, min_items=1),
+    "learning_rate": POSITIVE,
+    "init_steps": NONNEG,
+    "first_order_tol": POSITIVE,
+    "curvature_tol": NONNEG,
+    "newton_clip": POSITIVE,
+    "estimator": Choice("kde", "product_kde", "smooth"),
+    "ante_bidders": Choice("representative", "all"),
+    "kde_bins_per_bandwidth": POSITIVE,
+    "chunk_size": COUNT,
+    "log_every": COUNT,
+    "tol": POSITIVE,
+    "extra_tols": POSITIVE,
+    "min_win_prob": Range(0, 1, high_open=True),  # v_min = min_win_prob^(1/(n-1)) < 1
+    "tol_supported": POSITIVE,
+    "record_at": COUNT,
+    "eval_grid": Range(8),  # the L2 per value quarter uses eval_grid // 4 >= 2 points
+    "secondary": Choice("sp", "fp_risk_averse", "asymmetric_fp"),
+}
 
 
 SECONDARY_GAMES = ("sp", "fp_risk_averse", "asymmetric_fp")

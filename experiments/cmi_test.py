@@ -50,6 +50,7 @@ from sklearn.linear_model import LogisticRegression
 from tqdm.auto import tqdm
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, REAL, Choice, Range
 from jaxlab.core.data import load_digits
 from jaxlab.core.training import map_in_chunks
 from jaxlab.stats import cmi_test as C
@@ -121,6 +122,39 @@ class Config:
     imaging_l2: float = 1e-3
     chunk: int = 25
     studies: tuple[str, ...] = STUDIES
+
+
+ROWS = Range(4)  # a sample size: the test's two folds need two rows each (n >= 2 * folds)
+LIMITS = {
+    "n": ROWS,
+    "dz": Range(2),  # the designs' beta_z has two non-zero coordinates
+    "dx": Range(5),  # a2_sparse's beta_x has five
+    "replicates": COUNT,
+    "num_samples": COUNT,
+    "num_boot": COUNT,
+    "folds": Range(2),
+    "kernel": Choice(*C.KERNELS),
+    "ridge": NONNEG,
+    "power_ns": Range(4, min_items=1),
+    "power_replicates": COUNT,
+    "robust_n": ROWS,
+    "robust_c": REAL,  # the injected error's scale (0: none, negative: the sign flipped)
+    "robust_replicates": COUNT,
+    "robust_num_samples": COUNT,
+    "robust_dims": Range(5),  # d = dz = dx of a design
+    "gmmn_replicates": NONNEG,  # 0 = skipped
+    "gmmn_steps": NONNEG,
+    "gmmn_batch": COUNT,
+    "gmmn_batching": Choice("epoch", "draw"),
+    "gmmn_decay": Choice("coupled", "decoupled"),
+    "mlp_steps": NONNEG,
+    "imaging_subsets": NONNEG,  # 0 = skipped
+    "imaging_n": Range(4, 1797),  # subsets of the 1797 digits, without replacement
+    "imaging_steps": NONNEG,
+    "imaging_l2": NONNEG,
+    "chunk": COUNT,
+    "studies": Choice(*STUDIES, min_items=1),
+}
 
 
 _PAPER_SIZE = dict(n=400, dz=25, dx=25, num_samples=100, num_boot=1000)

@@ -41,6 +41,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, POSITIVE, Range
 from jaxlab.games import convex_markov as M
 
 NAME = "convex_markov_games"
@@ -95,6 +96,28 @@ class Config:
     n_rollouts: int = 64
     horizon: int = 40
     gap_iters: int = 1000
+
+
+LIMITS = {
+    "n_games": COUNT,
+    "n_states": COUNT,
+    "n_actions": COUNT,
+    "gamma": Range(0, 1, low_open=True, high_open=True),
+    "kappas": Range(0, min_items=1),
+    "epsilon": Range(0, 1, high_open=True),
+    "mu": NONNEG,
+    "eta_y": POSITIVE,
+    "ratio": POSITIVE,
+    "steps": COUNT,
+    "nested_steps": COUNT,
+    "inner_steps": COUNT,
+    "n_checkpoints": COUNT,
+    "ratio_grid": Range(0, low_open=True, min_items=1),
+    "long_steps": COUNT,
+    "n_rollouts": COUNT,
+    "horizon": COUNT,
+    "gap_iters": COUNT,
+}
 
 
 PRESETS = {

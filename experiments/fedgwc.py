@@ -43,6 +43,7 @@ import numpy as np
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, POSITIVE, Choice, Range
 from jaxlab.core.data import digits_split
 from jaxlab.core.nn import MLP
 from jaxlab.federated import fedgwc as F
@@ -96,6 +97,27 @@ class Config:
         if bad:
             raise ValueError(f"unknown scenario(s) / method(s) {bad}; choose from {SCENARIOS}, "
                              f"{METHODS}")  # fmt: skip
+
+
+# Every scenario's ground-truth groups use each group index up to the largest (Oracle's clusters)
+# from K = 4 clients on; a client needs `batch_size <= samples` (checked with the data).
+LIMITS = {
+    "scenarios": Choice(*SCENARIOS, min_items=1),
+    "methods": Choice(*METHODS, min_items=1),
+    "clients": Range(4),
+    "samples": COUNT,
+    "test_samples": COUNT,
+    "noise_sigma": NONNEG,
+    "rounds": COUNT,
+    "chunk": COUNT,
+    "participation": Range(0, 1, low_open=True),
+    "steps": COUNT,
+    "batch_size": COUNT,
+    "lr": POSITIVE,
+    "hidden": COUNT,
+    "max_clusters": COUNT,
+    "batching": Choice("draw", "epoch"),
+}
 
 
 PRESETS = {

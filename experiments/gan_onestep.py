@@ -3,9 +3,10 @@ fine-tuning alone, against instance distillation, distillation + GAN and GAN fro
 
 Run: ``python -m experiments run gan_onestep --preset quick`` (101-124 s on 2 CPU cores, seeds
 7 and 12: D2O and KD only, 15k images, 1 block per level) or ``--preset full`` (722 s, seeds
-8-10: official 2 blocks per level, D2O / D2O-F / KD / scratch at 58k images). ``--preset accelerator`` is the
-paper-scale budget for one GPU (not run: no accelerator was available); ``--preset landed``
-reproduces the first landed experiment (compact net, simple heads + pixel head).
+8-10: official 2 blocks per level, D2O / D2O-F / KD / scratch at 58k images).
+``--preset accelerator`` is the paper-scale budget for one GPU (not run: no accelerator was
+available); ``--preset landed`` reproduces the first landed experiment (compact net, simple
+heads + pixel head).
 
 Nets (issue 22): by default the official structure: SongUNet layout, shift-only modulation, 4x
 embedding; multi-scale spectrally normalised discriminator heads without a pixel head. The one
@@ -60,6 +61,7 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, POSITIVE, Choice, Range
 from jaxlab.core.data import load_digits
 from jaxlab.core.training import map_in_chunks
 from jaxlab.generative import gan_onestep as G
@@ -142,6 +144,39 @@ class Config:
     n_holdout: int = 300
     classifier_epochs: int = 12
     n_boot: int = 500
+
+
+# the range of every field (checked before a run starts); cross-field rules (``"d2o"`` in
+# ``variants``) stay in :func:`run`. U-Net channels are multiples of its 4 GroupNorm groups; the
+# FD needs >= 2 samples; the held-out split leaves >= 2 x 64 training images for the classifiers.
+LIMITS = {
+    "n_seeds": COUNT,
+    "channels": Choice(*range(4, 1025, 4), min_items=1, repeats=True),
+    "n_blocks": COUNT,
+    "unet_layout": Choice("song", "compact"),
+    "unet_affine": Choice("shift", "scale_shift"),
+    "emb_dim": COUNT,
+    "d_layout": Choice("multiscale", "simple"),
+    "pretrain_steps": COUNT,
+    "pretrain_batch": COUNT,
+    "pretrain_lr": POSITIVE,
+    "teacher_steps": COUNT,
+    "finetune_steps": COUNT,
+    "batch": COUNT,
+    "lr_g": POSITIVE,
+    "lr_d": POSITIVE,
+    "d_hidden": COUNT,
+    "r1_gamma": NONNEG,
+    "kd_pairs": COUNT,
+    "kd_weight": NONNEG,
+    "variants": Choice(*VARIANTS, min_items=1),
+    "curve_points": COUNT,
+    "local_minima_k": Range(1),
+    "n_eval": Range(2),
+    "n_holdout": Range(1, 1600),
+    "classifier_epochs": COUNT,
+    "n_boot": COUNT,
+}
 
 
 # the evaluation of the full-size presets: 2000 samples per FD, FD curve, local-minima study

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from pathlib import Path
 
@@ -46,6 +47,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, POSITIVE, Range
 from jaxlab.core.timing import time_call
 from jaxlab.core.training import scan_steps
 from jaxlab.probabilistic import gp_vae as G
@@ -104,6 +106,31 @@ class Config:
     ablation: bool = False
     control_epochs: tuple[int, int] | None = None
     control_subjects: int = 40
+
+
+# The standardised time reaches sqrt(3) in magnitude, so the SE basis domain must be wider; the
+# splits need 2 subjects (one held out) and 3 times (one future point) to leave every set
+# non-empty.
+LIMITS = {
+    "n_seeds": COUNT,
+    "n_subjects": Range(2),
+    "n_times": Range(3),
+    "latent_dim": COUNT,
+    "num_basis": COUNT,
+    "boundary": Range(math.sqrt(3.0), low_open=True),
+    "hidden": COUNT,
+    "dropout": Range(0, 1, high_open=True),
+    "epochs": COUNT,
+    "batch_size": COUNT,
+    "learning_rate": POSITIVE,
+    "num_particles": COUNT,
+    "exact_epochs": COUNT,
+    "scaling_sizes": COUNT,
+    "timing_repeats": COUNT,
+    "exact_max_n": NONNEG,
+    "control_epochs": COUNT,
+    "control_subjects": Range(2),
+}
 
 
 PRESETS = {

@@ -63,6 +63,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, POSITIVE, Choice, Range
 from jaxlab.control import neural_etc as E
 from jaxlab.control.neural_etc import ETCConfig, make_trainer, run_schedule
 from jaxlab.core.checks import check_choice, check_int
@@ -150,6 +151,39 @@ PI_STUDY_ROWS = (
     "lecun_init",  # (d) LeCun-normal controller kernels, zero biases
     "ours",  # (a)-(d) and event starts without replacement: the quick preset's etc_pi
 )
+
+_SIGMA = Range(0, 1, low_open=True, high_open=True)  # event parameters, in (0, 1)
+# the range of every field of Config (checked before a run starts); steps may be 0 (an untrained
+# learner is still evaluated), the late-MSE window needs grid points, hence n_grid >= 2
+LIMITS = {
+    "n_test_states": COUNT,
+    "horizon": POSITIVE,
+    "max_triggers": COUNT,
+    "n_grid": Range(2),
+    "mse_from": NONNEG,
+    "mc_steps": NONNEG,
+    "mc_samples": COUNT,
+    "mc_weight": NONNEG,
+    "pi_warmup": NONNEG,
+    "pi_event_steps": NONNEG,
+    "pi_samples": COUNT,
+    "pi_weight": NONNEG,
+    "pi_batch": COUNT,
+    "nlc_steps": NONNEG,
+    "nlc_samples": COUNT,
+    "learning_rate": POSITIVE,
+    "sigma": _SIGMA,
+    "lqr_sigma": _SIGMA,
+    "n_violation_points": COUNT,
+    "escape_radius": POSITIVE,
+    "mc_sigma_ablation": _SIGMA,
+    "pi_ift_ablation": NONNEG,
+    "pi_study_rows": Choice(*PI_STUDY_ROWS),
+    "pi_study_seeds": COUNT,
+    "pi_study_test_states": COUNT,
+    "pi_official_schedule": NONNEG,
+    "pi_ours_schedule": NONNEG,
+}
 
 STABILISED_MSE = 1e-3  # a seed stabilises when its mean late MSE over the test states is below
 

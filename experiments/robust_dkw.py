@@ -45,6 +45,7 @@ from jax.scipy.special import betainc
 from scipy import stats
 
 from experiments import _common
+from experiments._config import COUNT, NONNEG, Range
 from jaxlab.core.data import digits_split
 from jaxlab.core.training import map_in_chunks
 from jaxlab.federated import robust_dkw as R
@@ -101,6 +102,34 @@ class Config:
     e4_alphas: tuple[float, ...] = (0.35, 0.3)
     e4_steps: int = 300
     chunk: int = 50
+
+
+CELLS = Range(2, min_items=2)  # (K, n) pairs, at least one: K >= 2 clients (n >= 2 as well)
+LIMITS = {
+    "e1_cells": CELLS,
+    "e1_replicates": COUNT,
+    "e1_points": COUNT,
+    "e1_control": Range(2),
+    "e2_ladder": CELLS,
+    "e2_eps": NONNEG,
+    "e2_replicates": COUNT,
+    "e2_points": COUNT,
+    "e2_eps_tight": NONNEG,
+    "e3_dims": Range(1, min_items=1),
+    "e3_eps": Range(0, min_items=1),
+    "e3_clients": Range(2),
+    "e3_samples": COUNT,
+    "e3_replicates": COUNT,
+    "e3_spread": NONNEG,
+    "e3_reference": COUNT,
+    "e4_clients": Range(4),  # half are seen: the certificates need >= 2 seen clients
+    "e4_draws": COUNT,
+    "e4_replicates": COUNT,
+    "e4_reference": COUNT,
+    "e4_alphas": Range(0, low_open=True, min_items=1),  # target Dirichlet concentrations
+    "e4_steps": NONNEG,
+    "chunk": COUNT,
+}
 
 
 PRESETS = {

@@ -350,7 +350,7 @@ def test_factory_rounds_equal_the_module_rounds_and_chunks_agree():
                                   got.params["params"]["Dense_0"]["kernel"])  # fmt: skip
     # one step == one round of the scan
     one, metrics = fed.step(state)
-    assert set(metrics) == {"loss"} and int(one.rounds) == 1
+    assert set(metrics) == {"loss", "finite"} and bool(metrics["finite"]) and int(one.rounds) == 1
     np.testing.assert_allclose(metrics["loss"], want_losses[0], rtol=1e-6)
     np.testing.assert_allclose(one.r, first.r, atol=1e-7)
 

@@ -449,7 +449,9 @@ def test_asymmetric_learner_updates_both_types():
 
     state, new, metrics, market = init_step_market(jax.random.key(8))
     assert state.step.shape == () and int(state.step) == 0
-    assert int(new.step) == 1 and set(metrics) == {"abr_fraction", "mean_abs_u1", "brd"}
+    assert int(new.step) == 1
+    assert set(metrics) == {"abr_fraction", "mean_abs_u1", "brd", "finite"}
+    assert bool(metrics["finite"])
     assert float(metrics["abr_fraction"]) == 0.0 and float(metrics["brd"]) == 0.0  # UG: no gate
     moved = jax.tree_util.tree_map(
         lambda a, b: np.abs(np.asarray(a) - np.asarray(b)).max(axis=tuple(range(1, a.ndim))),

@@ -485,8 +485,9 @@ def test_svi_epochs_reduce_the_loss_and_predict_is_finite(key, local):
         lambda s: jax.lax.scan(trainer.step, s, None, length=40), [(state,), (other,)],
         name="40 SVI epochs",
     )  # fmt: skip
-    assert int(state.step) == 40 and int(other.step) == 40 and set(metrics) == {"loss"}
+    assert int(state.step) == 40 and int(other.step) == 40 and set(metrics) == {"loss", "finite"}
     losses = np.asarray(metrics["loss"])
+    assert np.asarray(metrics["finite"]).all()
     assert losses[-5:].mean() < losses[:5].mean() - 0.5
     predict = jax.jit(lambda p, c: (G.predict(model, p, c), G.predict(model, p, c, True)))
     pred, pred_new = predict(trainer.params(state), cov)

@@ -37,8 +37,9 @@ import numpy as np
 import optimistix as optx
 from optimistix._solver.bisection import _BisectionState  # state layout of optx.Bisection
 
+from jaxlab.control.neural_etc import _checks
 from jaxlab.control.neural_etc.systems import ControlSystem
-from jaxlab.core.checks import check_finite, check_in_range, check_int, check_positive
+from jaxlab.core.checks import check_finite, check_int, check_real, check_scalar
 
 Params = Any
 ParamFn = Callable[[Params, jax.Array], jax.Array]
@@ -83,7 +84,7 @@ class ODESolverConfig:
 
     def __post_init__(self):
         for name in ("rtol", "atol", "dt0", "root_tol"):
-            check_positive(getattr(self, name), name)
+            check_scalar(getattr(self, name), name, 0.0, low_open=True)
         check_int(self.max_steps, "max_steps", minimum=1)
 
 
@@ -118,9 +119,9 @@ class FixedStepTrigger:
     rule: Literal["3/8", "classic"] = "3/8"
 
     def __post_init__(self):
-        check_positive(self.dt, "dt")
+        check_scalar(self.dt, "dt", 0.0, low_open=True)
         check_int(self.max_steps, "max_steps", minimum=1)
-        if self.rule not in _RK4_TABLEAUS:
+        if not isinstance(self.rule, str) or self.rule not in _RK4_TABLEAUS:
             raise ValueError(f"`rule` must be one of {tuple(_RK4_TABLEAUS)}, got {self.rule!r}.")
 
 
@@ -165,6 +166,8 @@ def _split(y: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 def augmented_field(system: ControlSystem, controller: ParamFn) -> YFn:
     """``F(y, params)``: the ETC closed loop on ``y = (x, e)`` (``[2n] -> [2n]``)."""
+    _checks.check_system(system)
+    _checks.check_callable(controller, "controller")
 
     def field(y, params):
         x, e = _split(y)
@@ -183,6 +186,9 @@ def _perturbation(system, controller, lyapunov, y, params):
 
 def pi_event(system: ControlSystem, controller: ParamFn, lyapunov: ParamFn, sigma: float) -> YFn:
     """PI event ``h(y, params) = grad V . g [u(x+e) - u(x)] - sigma V(x)`` (``0 < sigma < 1``)."""
+    _checks.check_system(system)
+    _checks.check_callable(controller, "controller")
+    _checks.check_callable(lyapunov, "lyapunov")
     check_sigma(sigma)
 
     def event(y, params):
@@ -196,6 +202,10 @@ def mc_event(
     system: ControlSystem, controller: ParamFn, lyapunov: ParamFn, alpha: ParamFn, sigma: float
 ) -> YFn:
     """MC event ``h(y, params) = grad V . g [u(x+e) - u(x)] - sigma alpha(||x||)``."""
+    _checks.check_system(system)
+    _checks.check_callable(controller, "controller")
+    _checks.check_callable(lyapunov, "lyapunov")
+    _checks.check_callable(alpha, "alpha")
     check_sigma(sigma)
 
     def event(y, params):
@@ -206,8 +216,22 @@ def mc_event(
 
 
 def check_sigma(sigma: float, name: str = "sigma") -> float:
-    """Raise ``ValueError`` naming ``name`` unless the event parameter is in ``(0, 1)``."""
-    return check_in_range(sigma, name, 0.0, 1.0, low_open=True, high_open=True)
+    """Raise ``ValueError`` naming ``name`` unless the event parameter is a scalar in ``(0, 1)``
+    (``TypeError`` for a bool, a string or other non-number)."""
+    return check_scalar(sigma, name, 0.0, 1.0, low_open=True, high_open=True)
+
+
+def _check_state(x: Any, name: str, n: int | None = None) -> jax.Array:
+    """A finite real ``[n]`` state (ints become the default float dtype); static shape check."""
+    check_real(x, name)
+    x = jnp.asarray(x)
+    if x.ndim != 1 or x.shape[0] < 1 or (n is not None and x.shape != (n,)):
+        want = f"({n},)" if n is not None else "(n,) with n >= 1"
+        raise ValueError(f"`{name}` must have shape {want}, got {x.shape}.")
+    check_finite(x, name)
+    if jnp.issubdtype(x.dtype, jnp.integer):
+        x = x.astype(jnp.result_type(float))
+    return x
 
 
 class _BracketBisection(optx.Bisection):
@@ -283,9 +307,15 @@ def first_trigger_time(
     Returns:
       ``(t1, triggered)``: ``[]`` time (IFT gradient) and ``[]`` bool.
     """
-    if not jnp.issubdtype(jnp.asarray(x0).dtype, jnp.floating):
-        raise ValueError(f"`x0` must be a float array, got dtype {jnp.asarray(x0).dtype}.")
-    check_finite(x0, "x0")
+    _checks.check_callable(field, "field")
+    _checks.check_callable(event, "event")
+    x0 = _check_state(x0, "x0")
+    check_scalar(t_max, "t_max", 0.0, low_open=True)
+    _checks.check_instance(solver_cfg, "solver_cfg", (ODESolverConfig, FixedStepTrigger))
+    _checks.check_bool(state_gradient_only, "state_gradient_only")
+    if e0 is not None:
+        check_real(e0, "e0")
+        check_finite(e0, "e0")
     # traced once each, however often diffrax and the root finder call them
     field, event = jax.jit(field), jax.jit(event)
     if e0 is None:
@@ -400,10 +430,16 @@ def simulate_etc(
     segment): then the run stops and is flagged ``diverged`` (an unstable loop otherwise spends
     the whole trigger budget on ever stiffer solves).
     """
-    x0 = jnp.asarray(x0)
-    check_finite(x0, "x0")
-    if x0.shape != (system.state_dim,):
-        raise ValueError(f"`x0` must have shape ({system.state_dim},), got {x0.shape}.")
+    _checks.check_system(system)
+    _checks.check_callable(controller, "controller")
+    _checks.check_callable(event, "event")
+    x0 = _check_state(x0, "x0", system.state_dim)
+    check_scalar(horizon, "horizon", 0.0, low_open=True)
+    max_triggers = check_int(max_triggers, "max_triggers", minimum=1)
+    n_grid = check_int(n_grid, "n_grid", minimum=2)
+    _checks.check_instance(solver_cfg, "solver_cfg", ODESolverConfig)
+    check_scalar(nudge, "nudge", 0.0)
+    _checks.check_number(escape_radius, "escape_radius", 0.0, low_open=True)
     # traced once each, however often diffrax and the root finder call them
     field, event = jax.jit(augmented_field(system, controller)), jax.jit(event)
     dtype = x0.dtype

@@ -18,7 +18,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.core.nn import dense_init
+from jaxlab.control.neural_etc import _checks
+from jaxlab.core.checks import check_choice, check_finite, check_int, check_real, check_scalar
+from jaxlab.core.nn import INIT_SCHEMES, dense_init
 
 __all__ = [
     "ClassK",
@@ -33,7 +35,9 @@ __all__ = [
 
 
 def smooth_relu(z: jax.Array, d: float = 0.1) -> jax.Array:
-    """C^1 smoothed ReLU: 0, then ``z^2/(2d)`` on (0, d), then ``z - d/2``."""
+    """C^1 smoothed ReLU: 0, then ``z^2/(2d)`` on (0, d), then ``z - d/2`` (``d > 0``)."""
+    check_real(z, "z")
+    check_scalar(d, "d", 0.0, low_open=True)
     return jnp.where(z <= 0, 0.0, jnp.where(z < d, z * z / (2 * d), z - d / 2))
 
 
@@ -53,6 +57,13 @@ class ICNNLyapunov(nn.Module):
     smooth: float = 0.1
 
     def setup(self):
+        hidden = _checks.check_widths(self.hidden, "hidden")
+        if hidden[-1] != 1:
+            raise ValueError(
+                f"`hidden` of the ICNN must end in its output width 1, got {self.hidden!r}."
+            )
+        check_scalar(self.eps, "eps", 0.0)
+        check_scalar(self.smooth, "smooth", 0.0, low_open=True)
         self.w = [nn.Dense(h, kernel_init=_xavier, bias_init=_xavier_bias) for h in self.hidden]
         self.u = [
             self.param(f"U_{i}", _xavier, (self.hidden[i - 1], self.hidden[i]))
@@ -61,6 +72,7 @@ class ICNNLyapunov(nn.Module):
 
     def convex_part(self, x: jax.Array) -> jax.Array:
         """``p(x)``: ``z1 = s(W0 x + b0)``, ``z_{i+1} = s(softplus(U_i) z_i + W_i x + b_i)``."""
+        _check_input(x, "x")
         z = smooth_relu(self.w[0](x), self.smooth)
         for i in range(1, len(self.hidden)):
             z = smooth_relu(z @ nn.softplus(self.u[i - 1]) + self.w[i](x), self.smooth)
@@ -89,6 +101,9 @@ class SpectralDense(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
+        check_int(self.features, "features", minimum=1)
+        check_choice(self.init_scheme, "init_scheme", INIT_SCHEMES)
+        _check_input(x, "x")
         inits = dense_init(self.init_scheme, x.shape[-1])
         kernel = self.param("kernel", inits["kernel_init"], (x.shape[-1], self.features))
         bias = self.param("bias", inits["bias_init"], (self.features,))
@@ -100,8 +115,18 @@ class SpectralDense(nn.Module):
         return x @ (kernel / sigma).astype(x.dtype) + bias
 
 
+def _check_input(x, name):
+    check_real(x, name)
+    if np.ndim(x) < 1 or np.shape(x)[-1] < 1:
+        raise ValueError(f"`{name}` must be a [..., n] array with n >= 1, got shape {np.shape(x)}.")
+
+
 def spectral_norm(kernel: jax.Array) -> jax.Array:
     """The largest singular value of ``kernel`` (exact, by SVD; differentiable)."""
+    check_real(kernel, "kernel")
+    if np.ndim(kernel) != 2 or min(np.shape(kernel)) < 1:
+        raise ValueError(f"`kernel` must be a [in, out] matrix, got shape {np.shape(kernel)}.")
+    check_finite(kernel, "kernel")
     return jnp.linalg.svd(kernel, compute_uv=False)[0]
 
 
@@ -111,6 +136,14 @@ def with_spectral_norms(variables: dict) -> dict:
     Apply the controller to the result wherever it is called many times with the same
     parameters (ODE solves): the values are those of ``variables``, each SVD runs once.
     """
+    layers = variables.get("params") if isinstance(variables, dict) else None
+    if not isinstance(layers, dict) or not all(
+        isinstance(v, dict) and "kernel" in v for v in layers.values()
+    ):
+        raise TypeError(
+            "`variables` must be a Controller's variables {'params': {layer: {'kernel', "
+            f"'bias'}}}}}}, got {type(variables).__name__}: {variables!r:.80}."
+        )
     sigmas = {name: {"sigma": spectral_norm(layer["kernel"])}
               for name, layer in variables["params"].items()}  # fmt: skip
     return {**variables, "spectral": sigmas}
@@ -127,6 +160,9 @@ class Controller(nn.Module):
     init_scheme: str = "lecun"
 
     def setup(self):
+        check_int(self.control_dim, "control_dim", minimum=1)
+        _checks.check_widths(self.hidden, "hidden")
+        check_choice(self.init_scheme, "init_scheme", INIT_SCHEMES)
         widths = (*self.hidden, self.control_dim)
         self.layers = [SpectralDense(h, self.init_scheme) for h in widths]
 
@@ -137,6 +173,7 @@ class Controller(nn.Module):
         return self.layers[-1](x)
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        _check_input(x, "x")
         if self.control_dim == x.shape[-1]:
             return x * self.mlp(x)
         both = self.mlp(jnp.stack([x, jnp.zeros_like(x)]))  # shared weights for x and 0
@@ -145,6 +182,7 @@ class Controller(nn.Module):
 
 def clenshaw_curtis(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Clenshaw-Curtis nodes and weights on [-1, 1] with ``n + 1`` points, in float64."""
+    n = check_int(n, "n", minimum=1)
     theta = np.pi * np.arange(n + 1) / n
     nodes = np.cos(theta)
     weights = np.zeros(n + 1)
@@ -168,12 +206,20 @@ class ClassK(nn.Module):
 
     @nn.compact
     def slope(self, r: jax.Array) -> jax.Array:
-        x = r[..., None]
+        _checks.check_widths(self.hidden, "hidden")
+        check_real(r, "r")
+        x = jnp.asarray(r)[..., None]
         for h in self.hidden:
             x = nn.relu(nn.Dense(h)(x))
         return nn.elu(nn.Dense(1)(x)[..., 0]) + 1.0
 
     def __call__(self, r: jax.Array) -> jax.Array:
+        check_real(r, "r")
+        if np.ndim(r) != 0:
+            raise ValueError(f"`r` must be a scalar radius (vmap for batches), got {np.shape(r)}.")
+        r = jnp.asarray(r)
+        if not jnp.issubdtype(r.dtype, jnp.floating):
+            r = r.astype(jnp.result_type(float))
         nodes = jnp.asarray(_CC_NODES, dtype=r.dtype)
         weights = jnp.asarray(_CC_WEIGHTS, dtype=r.dtype)
         s = 0.5 * r * (nodes + 1.0)  # map [-1, 1] -> [0, r]

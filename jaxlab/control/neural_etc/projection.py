@@ -16,6 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxlab.control.neural_etc import _checks
 from jaxlab.control.neural_etc.events import ParamFn
 from jaxlab.control.neural_etc.systems import ControlSystem
 
@@ -24,6 +25,9 @@ __all__ = ["lie_derivative", "project"]
 
 def lie_derivative(system: ControlSystem, controller: ParamFn, lyapunov: ParamFn):
     """``(params, x) -> L_{f_u} V(x) = grad V(x) . (f(x) + g(x) u(x))``, one ``jax.jvp``."""
+    _checks.check_system(system)
+    _checks.check_callable(controller, "controller")
+    _checks.check_callable(lyapunov, "lyapunov")
 
     def lie(params, x):
         velocity = system.field(x, controller(params, x))
@@ -34,6 +38,9 @@ def lie_derivative(system: ControlSystem, controller: ParamFn, lyapunov: ParamFn
 
 def project(controller: ParamFn, lyapunov: ParamFn, system: ControlSystem) -> ParamFn:
     """``pi(u)``: a controller ``(params, x) -> [m]`` satisfying ``L V + V <= 0`` everywhere."""
+    _checks.check_callable(controller, "controller")
+    _checks.check_callable(lyapunov, "lyapunov")
+    _checks.check_system(system)
     lie = lie_derivative(system, controller, lyapunov)
 
     def projected(params, x):

@@ -13,6 +13,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxlab.core.checks import check_int, check_scalar
+
 Array = jax.Array
 
 __all__ = ["ControlSystem", "closed_loop", "grn", "lorenz"]
@@ -50,12 +52,19 @@ class ControlSystem(NamedTuple):
 
 def closed_loop(system: ControlSystem, controller: Callable[[Array], Array]):
     """``x -> f(x) + g(x) u(x)``: the continuous-time closed-loop field."""
+    from jaxlab.control.neural_etc import _checks
+
+    _checks.check_system(system)
+    _checks.check_callable(controller, "controller")
     return lambda x: system.field(x, controller(x))
 
 
 def lorenz(sigma: float = 10.0, rho: float = 28.0, beta: float = 8.0 / 3.0) -> ControlSystem:
     """Fully actuated Lorenz system on ``[-10, 10]^3``:
-    ``x' = sigma (y - x) + u1``, ``y' = rho x - y - x z + u2``, ``z' = x y - beta z + u3``."""
+    ``x' = sigma (y - x) + u1``, ``y' = rho x - y - x z + u2``, ``z' = x y - beta z + u3``
+    (finite real parameters)."""
+    for name, v in (("sigma", sigma), ("rho", rho), ("beta", beta)):
+        check_scalar(v, name)
 
     def drift(s):
         x, y, z = s[0], s[1], s[2]
@@ -75,7 +84,13 @@ def grn(
     In unscaled coordinates ``x1' = (a1 + u) x1^n/(s^n + x1^n) + b s^n/(s^n + x2^n) - k x1`` and
     symmetrically for ``x2`` (without control). The target attractor
     ``P1 = scale * (0.6256, 0.6256)`` is shifted to the origin; the state is ``X - P1``.
+    Rates ``a, b, k >= 0``, threshold ``s > 0``, Hill exponent ``n`` an int >= 1, ``scale > 0``.
     """
+    for name, v in (("a", a), ("b", b), ("k", k)):
+        check_scalar(v, name, 0.0)
+    check_scalar(s, "s", 0.0, low_open=True)
+    n = check_int(n, "n", minimum=1)
+    check_scalar(scale, "scale", 0.0, low_open=True)
     target = scale * GRN_TARGET
 
     def hill(x):

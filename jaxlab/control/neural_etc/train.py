@@ -31,6 +31,7 @@ MC ``L~_stab + lambda L_{alpha^-1}`` for ``steps``; Adam throughout. Lie derivat
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Literal, NamedTuple
 
@@ -40,6 +41,7 @@ import optax
 from flax import struct
 from jax.sharding import Mesh
 
+from jaxlab.control.neural_etc import _checks
 from jaxlab.control.neural_etc.events import (
     TRAINING_SOLVER,
     FixedStepTrigger,
@@ -60,9 +62,9 @@ from jaxlab.control.neural_etc.projection import lie_derivative, project
 from jaxlab.control.neural_etc.systems import ControlSystem
 from jaxlab.core import sharding
 from jaxlab.core.checkpoint import Checkpointer
-from jaxlab.core.checks import check_choice, check_int, check_positive
+from jaxlab.core.checks import check_choice, check_int, check_key, check_scalar
 from jaxlab.core.nn import INIT_SCHEMES, MLP
-from jaxlab.core.training import ChunkCallback, run_chunked
+from jaxlab.core.training import ChunkCallback, all_finite, run_chunked
 
 __all__ = [
     "METHODS",
@@ -83,11 +85,9 @@ METHODS = ("mc", "pi", "nlc")
 
 
 def _check_widths(widths, name: str) -> tuple[int, ...]:
-    if not isinstance(widths, tuple) or len(widths) == 0:
+    if not isinstance(widths, tuple):
         raise ValueError(f"`{name}` must be a non-empty tuple of positive ints, got {widths!r}.")
-    for w in widths:
-        check_int(w, name, minimum=1)
-    return widths
+    return _checks.check_widths(widths, name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,18 +152,25 @@ class ETCConfig:
         check_choice(self.method, "method", METHODS)
         check_choice(self.controller_init, "controller_init", INIT_SCHEMES)
         check_int(self.n_samples, "n_samples", minimum=1)
-        check_positive(self.learning_rate, "learning_rate")
-        check_positive(self.event_weight, "event_weight", strict=False)
+        check_scalar(self.learning_rate, "learning_rate", 0.0, low_open=True)
+        check_scalar(self.event_weight, "event_weight", 0.0)
         check_sigma(self.sigma)
+        for name in ("event_replace", "resample", "state_gradient_only", "train_event_start"):
+            _checks.check_bool(getattr(self, name), name)
         for name in ("steps", "warmup_steps", "event_steps"):
             check_int(getattr(self, name), name, minimum=0)
         # PI draws its event starts from the training states, without replacement by default
         cap = self.n_samples if self.method == "pi" and not self.event_replace else None
         check_int(self.event_batch, "event_batch", minimum=1, maximum=cap)
-        check_positive(self.t_max, "t_max")
-        check_positive(self.alpha_grid_max, "alpha_grid_max")
+        check_scalar(self.t_max, "t_max", 0.0, low_open=True)
+        check_scalar(self.alpha_grid_max, "alpha_grid_max", 0.0, low_open=True)
         for name in ("lyapunov_hidden", "controller_hidden", "alpha_hidden"):
             _check_widths(getattr(self, name), name)
+        if self.method != "nlc" and self.lyapunov_hidden[-1] != 1:
+            raise ValueError(
+                f"`lyapunov_hidden` must end in the ICNN's output width 1, got "
+                f"{self.lyapunov_hidden!r}."
+            )
 
 
 OFFICIAL_PI = ETCConfig(
@@ -228,6 +235,8 @@ class ETCModel(NamedTuple):
 
 def make_model(system: ControlSystem, cfg: ETCConfig) -> ETCModel:
     """Networks for ``cfg.method`` on ``system`` (NLC: tanh MLPs; MC/PI: ICNN + spectral MLP)."""
+    _checks.check_system(system)
+    _checks.check_instance(cfg, "cfg", ETCConfig)
     n, m = system.state_dim, system.control_dim
     if cfg.method == "nlc":
         v_net = MLP((*cfg.controller_hidden, 1), activation="tanh")
@@ -251,6 +260,7 @@ def make_model(system: ControlSystem, cfg: ETCConfig) -> ETCModel:
         alpha_slope = lambda p, r: a_net.apply(p["alpha"], r, method=ClassK.slope)
 
     def init(key):
+        key = check_key(key)
         kv, ku, ka = jax.random.split(key, 3)
         x = jnp.zeros(n)
         params = {"controller": u_net.init(ku, x), "lyapunov": v_net.init(kv, x)}
@@ -317,9 +327,13 @@ class Trainer(NamedTuple):
     Attributes:
       init: ``init(key) -> ETCState``.
       step: ``step(state, x=None) -> (state, metrics)``: the MC / NLC step or the PI warm-up
-        step (stability loss only). Metrics: ``loss``, ``stab`` (and ``alpha_inv`` for MC).
+        step (stability loss only). Metrics: ``loss``, ``stab`` (and ``alpha_inv`` for MC), and
+        ``finite`` (``[]`` bool: the loss and the new parameters are free of NaN / inf; a run's
+        losses and controllers are valid only where it is ``True``). ``x`` must be ``None``; a
+        ``state`` built for another config or system is refused (shapes checked when traced).
       event_step: the PI step with the event loss (``None`` for MC / NLC). Metrics: ``loss``,
-        ``stab``, ``event`` (mean ``1 / t1``), ``fired`` (fraction of starts that triggered).
+        ``stab``, ``event`` (mean ``1 / t1``), ``fired`` (fraction of starts that triggered),
+        ``finite``.
       model: the networks (:class:`ETCModel`).
       projected_controller: ``u_hat(params, x)``, the controller through the projection.
       config: the :class:`ETCConfig`.
@@ -360,8 +374,12 @@ def make_trainer(
       A :class:`Trainer`; ``step`` is the MC / NLC step or the PI warm-up step, ``event_step``
       the PI step with the event loss (``None`` otherwise).
     """
-    cfg = config
+    _checks.check_system(system)
+    cfg = _checks.check_instance(config, "config", ETCConfig)
+    if solver_config is not None:
+        _checks.check_instance(solver_config, "solver_config", (ODESolverConfig, FixedStepTrigger))
     if mesh is not None:
+        _checks.check_instance(mesh, "mesh", Mesh)
         sharding.check_divisible(cfg.n_samples, mesh, "n_samples")
     model = make_model(system, cfg)
     solver_cfg = TRAINING_SOLVER if solver_config is None else solver_config
@@ -371,6 +389,7 @@ def make_trainer(
     field = augmented_field(system, model.controller)
 
     def init(key) -> ETCState:
+        key = check_key(key)
         k_params, k_data, k_run = jax.random.split(key, 3)
         params = model.init(k_params)
         if cfg.method == "pi" and cfg.train_event_start:
@@ -397,12 +416,31 @@ def make_trainer(
         grid = jnp.linspace(0.0, cfg.alpha_grid_max, 1000, dtype=jnp.result_type(float))
         return jnp.mean(1.0 / jax.vmap(lambda r: model.alpha_slope(params, r))(grid))
 
+    @functools.cache
+    def template():
+        return jax.eval_shape(init, jax.random.key(0))
+
+    def check_state(state, x):
+        if x is not None:
+            raise ValueError(
+                f"Trainer.step: `x` must be None (training states come from `state`), got "
+                f"{type(x).__name__}."
+            )
+        _checks.check_instance(state, "state", ETCState)
+        want = template()
+        if tuple(state.data.shape) != tuple(want.data.shape):
+            raise ValueError(
+                f"`state.data` must have shape {want.data.shape} ([n_samples, state_dim]), got "
+                f"{state.data.shape}: was the state built for another config or system?"
+            )
+        _checks.check_same_tree(state.params, "state.params", want.params, "this trainer's init")
+
     def adam_step(state, loss_fn):
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         new = state.replace(params=params, opt_state=opt_state, step=state.step + 1)
-        return new, {"loss": loss, **aux}
+        return new, {"loss": loss, **aux, "finite": all_finite(loss, params)}
 
     def batch(state: ETCState) -> jax.Array:
         if not cfg.resample:
@@ -412,6 +450,7 @@ def make_trainer(
         return sharding.constrain_batch(data, mesh)
 
     def step(state: ETCState, x=None):
+        check_state(state, x)
         data = batch(state)
 
         def loss_fn(raw):
@@ -425,6 +464,7 @@ def make_trainer(
         return adam_step(state, loss_fn)
 
     def event_step(state: ETCState, x=None):
+        check_state(state, x)
         key = jax.random.fold_in(state.key, state.step)
         idx = jax.random.choice(key, cfg.n_samples, (cfg.event_batch,), replace=cfg.event_replace)
         starts = state.data[idx]
@@ -489,7 +529,13 @@ def run_schedule(
       arrays ``[n_steps, ...]`` (``[S, n_steps, ...]`` with ``vmap``; phases of 0 steps are
       absent).
     """
+    _checks.check_instance(trainer, "trainer", Trainer)
+    _checks.check_instance(state, "state", ETCState)
     check_int(chunks, "chunks", minimum=1)
+    for name, fn in (("checkpointer", checkpointer), ("on_chunk", on_chunk)):
+        if fn is not None:
+            _checks.check_callable(fn, name)
+    _checks.check_bool(vmap, "vmap")
     metrics = {}
     for phase in trainer.phases:
         if phase.n_steps == 0:

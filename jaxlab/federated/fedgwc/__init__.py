@@ -45,7 +45,7 @@ Example (12 random clients, a noisy third; jitted chunks of rounds, clustering o
         state, losses = fed.run_rounds(state, 10, until=30)  # stops early at a trigger
         if bool(fed.triggered(state).any()):
             state, records = fed.try_split(state)       # spectral clustering, DB < 1 gate
-    state, metrics = fed.step(state)                      # one more round: {"loss": []}
+    state, metrics = fed.step(state)                      # one more round: {"loss", "finite"}
     print(state.labels, metrics["loss"])                  # [12] cluster slot of each client
 """
 

@@ -34,9 +34,25 @@ from jax.sharding import Mesh
 from sklearn.cluster import AgglomerativeClustering
 
 from jaxlab.core import sharding
-from jaxlab.core.checks import check_int, check_positive
-from jaxlab.federated.fedgwc.fedgwc import FedGWCConfig, FedGWCState, init, split_cluster
-from jaxlab.federated.fedgwc.rounds import ClientData, LocalConfig, fedavg, train_clients
+from jaxlab.core.checks import check_array, check_int, check_key, check_scalar
+from jaxlab.federated.fedgwc._checks import callable_, index, instance, leading, real_tree
+from jaxlab.federated.fedgwc.fedgwc import (
+    FedGWCConfig,
+    FedGWCState,
+    _check_config,
+    _check_state,
+    init,
+    split_cluster,
+)
+from jaxlab.federated.fedgwc.rounds import (
+    ClientData,
+    LocalConfig,
+    _check_local,
+    _fit_eager,
+    _one_client,
+    fedavg,
+    train_clients,
+)
 from jaxlab.federated.fedgwc.rounds import sample_clients as _sample
 
 __all__ = [
@@ -60,10 +76,14 @@ def fixed_clusters(params, labels, config: FedGWCConfig) -> FedGWCState:
     """A FedGWC state with the given clusters that never split (FedAvg: all zeros; Oracle: the
     true groups). ``labels [K]`` must use the slots ``0..n-1`` with ``n <= config.max_clusters``;
     every cluster starts from ``params``."""
+    config = _check_config(config)
+    check_array(labels, "labels", ndim=1, kind="int")
     labels = np.asarray(labels)
+    if labels.size < 1:
+        raise ValueError("`labels` must hold one cluster slot per client, got an empty array.")
     n = int(labels.max()) + 1
     if labels.min() < 0 or n > config.max_clusters or len(np.unique(labels)) != n:
-        raise ValueError(f"labels must use every slot 0..n-1 with n <= max_clusters="
+        raise ValueError(f"`labels` must use every slot 0..n-1 with n <= max_clusters="
                          f"{config.max_clusters}; got values {np.unique(labels)}.")  # fmt: skip
     state = init(params, labels.shape[0], config)
     slots = np.arange(config.max_clusters)
@@ -99,8 +119,10 @@ class IFCAState:
 def random_inits(apply_init: Callable, key: jax.Array, k: int):
     """``k`` models stacked on a leading axis, ``apply_init(split(key, k)[j])`` for model ``j``
     (IFCA's independent random initialisations); every leaf ``[k, ...]``."""
+    callable_(apply_init, "apply_init")
+    key = check_key(key)
     if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
-        raise ValueError(f"IFCA needs k >= 1 models, got k={k}.")
+        raise ValueError(f"`k`: IFCA needs k >= 1 models, got k={k!r}.")
     return jax.vmap(apply_init)(jax.random.split(key, k))
 
 
@@ -116,6 +138,10 @@ def ifca_losses(apply_fn: Callable, params, x, y, count, noise, key) -> jax.Arra
     ``x [n_max, d]``, ``y [n_max]``; only the first ``count`` rows count; noisy clients see fresh
     input noise (one draw shared by the models, so the comparison is paired).
     """
+    key = check_key(key)
+    real_tree(params, "params")
+    x, y, count, noise = _one_client(x, y, count, noise, LocalConfig(batch_size=1))
+    _fit_eager(apply_fn, params, x, y, count, stacked=True)
     xn = x + noise * jax.random.normal(key, x.shape)
     valid = jnp.arange(y.shape[0]) < count
 
@@ -133,6 +159,34 @@ def _losses_by_client(apply_fn: Callable, params, data: ClientData, keys) -> jax
     )
 
 
+def _check_data(data, batch_size: int) -> ClientData:
+    if not isinstance(data, ClientData):
+        raise TypeError(f"`data` must be a ClientData, got {type(data).__name__}.")
+    return data.check(batch_size)
+
+
+def _check_ifca(state, key, apply_fn, data, local) -> jax.Array:
+    """The checks of :func:`ifca_round` / :func:`ifca_run`; returns the typed key."""
+    instance(state, "state", IFCAState)
+    callable_(apply_fn, "apply_fn")
+    _check_local(local, "local")
+    _check_data(data, local.batch_size)
+    real_tree(state.params, "state.params")
+    n_models = np.shape(jax.tree_util.tree_leaves(state.params)[0])[:1]
+    leading(state.params, "state.params", n_models[0] if n_models else -1, "model")
+    _fit_eager(
+        apply_fn,
+        state.params,
+        data.x,
+        data.y,
+        data.count,
+        stacked=True,
+        batched=True,
+        y_name="data.y",
+    )
+    return check_key(key)
+
+
 def ifca_round(
     state: IFCAState,
     key: jax.Array,
@@ -144,8 +198,10 @@ def ifca_round(
 ) -> tuple[IFCAState, jax.Array]:
     """One IFCA round (module docstring); returns ``(state, choices [m])``. The client-slot axis is
     sharded over ``mesh``'s ``"data"`` axis when given."""
-    if not 1 <= m <= data.count.shape[0]:
-        raise ValueError(f"IFCA needs 1 <= m <= K = {data.count.shape[0]} clients, got m={m}.")
+    key = _check_ifca(state, key, apply_fn, data, local)
+    k = data.count.shape[0]
+    if isinstance(m, bool) or not isinstance(m, int | np.integer) or not 1 <= m <= k:
+        raise ValueError(f"`m`: IFCA needs 1 <= m <= K = {k} clients, got m={m!r}.")
     k_sample, k_eval, k_train = jax.random.split(key, 3)
     idx, _ = _sample(k_sample, jnp.ones(data.count.shape, bool), m)
     sub = sharding.constrain_batch(data.take(idx), mesh)
@@ -180,6 +236,8 @@ def ifca_run(
     mesh: Mesh | None = None,
 ) -> IFCAState:
     """``rounds`` IFCA rounds in one ``lax.scan``; round ``i`` uses ``fold_in(key, rounds)``."""
+    key = _check_ifca(state, key, apply_fn, data, local)
+    rounds = check_int(rounds, "rounds", minimum=1)
 
     def body(s, _):
         s, _ = ifca_round(s, jax.random.fold_in(key, s.rounds), apply_fn, data, m, local, mesh)
@@ -190,6 +248,13 @@ def ifca_run(
 
 def ifca_assign(apply_fn: Callable, params, data: ClientData, key: jax.Array) -> jax.Array:
     """Each client's model under IFCA: ``argmin_j`` of its training loss, ``[K]``."""
+    callable_(apply_fn, "apply_fn")
+    real_tree(params, "params")
+    _check_data(data, 1)
+    _fit_eager(
+        apply_fn, params, data.x, data.y, data.count, stacked=True, batched=True, y_name="data.y"
+    )
+    key = check_key(key)
     keys = jax.random.split(key, data.count.shape[0])
     return jnp.argmin(_losses_by_client(apply_fn, params, data, keys), axis=1)
 
@@ -218,8 +283,8 @@ class CFLConfig:
     min_size: int = 2
 
     def __post_init__(self):
-        check_positive(self.eps1, "eps1")
-        check_positive(self.eps2, "eps2")
+        check_scalar(self.eps1, "eps1", 0.0, low_open=True)
+        check_scalar(self.eps2, "eps2", 0.0, low_open=True)
         check_int(self.check_every, "check_every", minimum=1)
         check_int(self.warmup, "warmup", minimum=0)
         check_int(self.min_size, "min_size", minimum=2)
@@ -235,6 +300,21 @@ def client_deltas(
 ) -> jax.Array:
     """Every client's flattened local update from its own cluster's model: ``[K, P]``
     (``theta_k^{after T steps} - theta_{c(k)}``; the client axis sharded over ``mesh``)."""
+    callable_(apply_fn, "apply_fn")
+    _check_local(local, "local")
+    _check_data(data, local.batch_size)
+    _check_state(state, int(np.shape(data.count)[0]))
+    _fit_eager(
+        apply_fn,
+        state.params,
+        data.x,
+        data.y,
+        data.count,
+        stacked=True,
+        batched=True,
+        y_name="data.y",
+    )
+    key = check_key(key)
     start = jax.tree_util.tree_map(lambda a: a[state.labels], state.params)
     x, y, count, noise = sharding.constrain_batch((data.x, data.y, data.count, data.noise), mesh)
     keys = jax.random.split(key, data.count.shape[0])
@@ -257,7 +337,17 @@ def cfl_check(
       that meet the criterion (bipartition by complete linkage on ``1 - cosine similarity``);
       ``norms[c] = (||mean update||, max ||update||)`` for every active cluster.
     """
-    updates = np.asarray(updates, np.float64)
+    instance(config, "config", CFLConfig)
+    check_array(updates, "updates", ndim=2, dims="[K, P]")
+    k = np.shape(updates)[0]
+    check_array(labels, "labels", shape=(k,), dims="[K] like `updates`", kind="int")
+    check_array(active, "active", ndim=1, kind="bool")
+    index(labels, "labels", 0, np.shape(active)[0])
+    updates, labels, active = (
+        np.asarray(updates, np.float64),
+        np.asarray(labels),
+        np.asarray(active),
+    )
     splits, norms = [], {}
     for c in np.flatnonzero(active):
         u = updates[labels == c]
@@ -288,8 +378,13 @@ def local_only(
 ):
     """Every client trains its own copy of ``params`` alone for ``steps`` SGD steps (``local``'s
     batch size, lr and weight decay). Returns the stacked client models ``[K, ...]``."""
-    if steps < 1:
-        raise ValueError(f"local_only needs steps >= 1, got {steps}.")
+    callable_(apply_fn, "apply_fn")
+    real_tree(params, "params")
+    _check_local(local, "local")
+    _check_data(data, local.batch_size)
+    _fit_eager(apply_fn, params, data.x, data.y, data.count, batched=True, y_name="data.y")
+    key = check_key(key)
+    steps = check_int(steps, "steps", minimum=1)
     cfg = dataclasses.replace(local, steps=steps)
     x, y, count, noise = sharding.constrain_batch((data.x, data.y, data.count, data.noise), mesh)
     keys = jax.random.split(key, data.count.shape[0])
@@ -302,6 +397,13 @@ def cfl_split(
     """Apply :func:`cfl_check`'s bipartitions with :func:`~.fedgwc.split_cluster` (warm start);
     returns the state and the child sizes per split (empty when no slot was free). CFL computes no
     interaction signal, so every cluster stays unsplittable in FedGWC's sense."""
+    config = _check_config(config)
+    _check_state(state, config=config)
+    if not isinstance(splits, list | tuple) or not all(
+        isinstance(sp, list | tuple) and len(sp) == 2 for sp in splits
+    ):
+        raise TypeError(f"`splits` must be a list of (cluster, children) pairs (`cfl_check`'s), "
+                        f"got {splits!r:.80}.")  # fmt: skip
     sizes = []
     for c, children in splits:
         state, s = split_cluster(state, c, children, config)

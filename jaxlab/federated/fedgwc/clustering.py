@@ -26,7 +26,20 @@ from sklearn.cluster import SpectralClustering
 from sklearn.manifold import SpectralEmbedding
 from sklearn.metrics import davies_bouldin_score
 
+from jaxlab.core.checks import check_array, check_int, check_scalar, is_concrete
+from jaxlab.federated.fedgwc._checks import arr
+
 __all__ = ["affinity", "select_split"]
+
+
+def _nonneg_scalar(x, name: str) -> None:
+    """A real scalar ``>= 0`` (finite), value checked where concrete (``gamma`` may be traced)."""
+    if isinstance(x, int | float | np.number) or (
+        isinstance(x, np.ndarray | jax.Array) and is_concrete(x)
+    ):
+        check_scalar(x, name, 0.0)
+    else:
+        check_array(x, name, ndim=0)
 
 
 def affinity(r_block: jax.Array, gamma: float = 0.1) -> jax.Array:
@@ -35,6 +48,11 @@ def affinity(r_block: jax.Array, gamma: float = 0.1) -> jax.Array:
     Symmetric, zero diagonal, off-diagonal entries in ``(0, 1]``; ``gamma -> 0`` gives all ones off
     the diagonal.
     """
+    r_block = arr(r_block, "r_block", ndim=2, dims="[n, n]")
+    if np.shape(r_block)[0] != np.shape(r_block)[1] or np.shape(r_block)[0] < 1:
+        raise ValueError(f"`r_block` must be a non-empty square [n, n] block, got shape "
+                         f"{np.shape(r_block)}.")  # fmt: skip
+    _nonneg_scalar(gamma, "gamma")
     m = r_block.T
     lo, hi = m.min(), m.max()
     m = (m - lo) / jnp.maximum(hi - lo, 1e-8)
@@ -53,7 +71,15 @@ def select_split(a: np.ndarray, m: int, seed: int = 0, max_clusters: int = 5):
     ``labels`` (values ``0..n-1``) when the best candidate's Davies-Bouldin score is below 1, else
     ``None`` (no split). Candidates ``n = 2 .. min(K_c // m + 1, max_clusters) - 1``.
     """
+    check_array(a, "a", ndim=2, dims="[n, n]")
     a = np.asarray(a, np.float64)
+    if a.shape[0] != a.shape[1] or a.shape[0] < 1:
+        raise ValueError(f"`a` must be a non-empty square affinity [n, n], got shape {a.shape}.")
+    if a.min() < 0 or not np.allclose(a, a.T):
+        raise ValueError("`a` must be a symmetric affinity with entries >= 0.")
+    check_int(m, "m", minimum=1)
+    check_int(seed, "seed", minimum=0)
+    check_int(max_clusters, "max_clusters", minimum=1)
     k_c = a.shape[0]
     n_max = min(k_c // m + 1, max_clusters)
     scores, labels_by_n = {}, {}

@@ -20,24 +20,36 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import silhouette_score
 
+from jaxlab.core.checks import check_array
+
 __all__ = ["class_cohesion_scores", "tv_distances"]
 
 
 def tv_distances(p: np.ndarray, q: np.ndarray | None = None) -> np.ndarray:
     """Total variation ``1/2 ||p_i - q_j||_1`` between the rows of ``p [n, C]`` and ``q [m, C]``."""
-    q = p if q is None else q
+    check_array(p, "p", ndim=2, dims="[n, C]")
+    if q is not None:
+        check_array(q, "q", ndim=2, dims="[m, C]")
+        if np.shape(q)[1] != np.shape(p)[1]:
+            raise ValueError(f"`q` must have the C = {np.shape(p)[1]} columns of `p`, got shape "
+                             f"{np.shape(q)}.")  # fmt: skip
+    p = np.asarray(p)
+    q = p if q is None else np.asarray(q)
     return 0.5 * np.abs(p[:, None, :] - q[None, :, :]).sum(-1)
 
 
 def class_cohesion_scores(hist: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Cohesion of the clustering ``labels [K]`` of clients with class histograms ``hist [K, C]``
     (counts or frequencies; rows are normalised). Returns ``{"silhouette", "davies_bouldin"}``."""
+    check_array(hist, "hist", ndim=2, dims="[K, C]")
+    check_array(labels, "labels", ndim=1, kind="int", dims="[K]")
     hist = np.asarray(hist, np.float64)
     labels = np.asarray(labels)
-    if hist.ndim != 2 or labels.shape != hist.shape[:1]:
-        raise ValueError(f"hist must be [K, C] and labels [K]; got {hist.shape}, {labels.shape}.")
+    if labels.shape != hist.shape[:1] or hist.shape[0] < 1:
+        raise ValueError(f"`hist` must be [K, C] and `labels` [K] with K >= 1; got shapes "
+                         f"{hist.shape}, {labels.shape}.")  # fmt: skip
     if (hist < 0).any() or (hist.sum(1) <= 0).any():
-        raise ValueError("hist rows must be non-negative with a positive total.")
+        raise ValueError("`hist` rows must be non-negative with a positive total.")
     p = hist / hist.sum(1, keepdims=True)
     ids = np.unique(labels)
     if len(ids) < 2:

@@ -26,7 +26,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding
-from jaxlab.core.checks import check_int, is_concrete
+from jaxlab.core.checks import check_int, check_key
+from jaxlab.federated.fedgwc._checks import callable_, index, instance, leading, real_tree
 from jaxlab.federated.fedgwc.baselines import (
     IFCAState,
     cfl_split,
@@ -40,13 +41,14 @@ from jaxlab.federated.fedgwc.baselines import (
 from jaxlab.federated.fedgwc.fedgwc import (
     FedGWCConfig,
     FedGWCState,
+    _check_state,
     init,
     round_step,
     run_rounds,
     triggered,
     try_split,
 )
-from jaxlab.federated.fedgwc.rounds import ClientData
+from jaxlab.federated.fedgwc.rounds import ClientData, _check_model_fit
 
 __all__ = ["IFCA", "FedGWC", "make_fedgwc", "make_ifca"]
 
@@ -71,19 +73,40 @@ def _key_of(state) -> jax.Array:
     return state.key
 
 
-def _check_inputs(config, data, mesh: Mesh | None) -> tuple[int, int]:
+def _check_inputs(config, apply_fn, data, mesh: Mesh | None) -> tuple[int, int]:
     """Boundary checks of a factory's arguments; returns ``(K, m)``."""
     if not isinstance(config, FedGWCConfig):
         raise ValueError(f"`config` must be a FedGWCConfig, got {type(config).__name__}.")
     if not isinstance(data, ClientData):
         raise ValueError(f"`data` must be a ClientData, got {type(data).__name__}.")
-    if is_concrete(data.count):
-        data.check(config.local.batch_size)
+    callable_(apply_fn, "apply_fn")
+    if mesh is not None:
+        instance(mesh, "mesh", Mesh)
+    data.check(config.local.batch_size)
     k = int(data.count.shape[0])
     m = config.clients_per_round(k)
     if mesh is not None:
         sharding.check_divisible(m, mesh, "clients_per_round")
     return k, m
+
+
+class _ParamsFit:
+    """:func:`~.rounds._check_model_fit` on one model of stacked ``[C, ...]`` parameters, once
+    per distinct structure and leaf shapes (a factory's ``step`` pays for it on its first call)."""
+
+    def __init__(self, apply_fn, data: ClientData):
+        self.apply_fn, self.data, self.seen = apply_fn, data, set()
+
+    def __call__(self, stacked, name: str) -> None:
+        leaves, treedef = jax.tree_util.tree_flatten(stacked)
+        signature = (treedef, tuple((np.shape(a), str(getattr(a, "dtype", ""))) for a in leaves))
+        if signature in self.seen:
+            return
+        head = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype), stacked
+        )
+        _check_model_fit(self.apply_fn, head, self.data, f"{name} (each model)", finite=False)
+        self.seen.add(signature)
 
 
 class FedGWC(NamedTuple):
@@ -97,8 +120,10 @@ class FedGWC(NamedTuple):
         ``params``; ``key`` drives the rounds.
       fixed_clusters: ``fixed_clusters(key, params, labels [K]) -> FedGWCState``: clusters that
         never split (FedAvg: all zeros; Oracle: the true groups; the start of CFL).
-      step: ``step(state, x=None) -> (state, {"loss": []})``: one round over every cluster
-        slot (:func:`~.fedgwc.round_step`); ``loss`` is the mean local loss.
+      step: ``step(state, x=None) -> (state, {"loss": [], "finite": []})``: one round over
+        every cluster slot (:func:`~.fedgwc.round_step`); ``loss`` is the mean local loss,
+        ``finite`` False when the round diverged (NaN / inf loss or interaction matrix: do not
+        read ``loss`` as a result).
       run_rounds: ``run_rounds(state, max_rounds, *, slots=None, until=None) -> (state,
         losses [max_rounds])``: up to ``max_rounds`` rounds in one jitted ``lax.scan`` that
         stops at a clustering trigger (:func:`~.fedgwc.run_rounds`; ``slots`` and
@@ -146,30 +171,51 @@ def make_fedgwc(
     Returns:
       A :class:`FedGWC` of pure functions.
     """
-    k, m = _check_inputs(config, data, mesh)
+    k, m = _check_inputs(config, apply_fn, data, mesh)
     statics = dict(apply_fn=apply_fn, config=config, mesh=mesh)
 
+    fits = _ParamsFit(apply_fn, data)
+
+    def check(state: FedGWCState, with_key: bool = True) -> jax.Array | None:
+        """The state's shapes (built for these ``K`` clients and slots), that its models fit the
+        network and the data, and its key."""
+        _check_state(state, k, config)
+        fits(state.params, "state.params")
+        return check_key(_key_of(state), "state.key") if with_key else None
+
     def init_(key: jax.Array, params) -> FedGWCState:
+        key = check_key(key)
+        _check_model_fit(apply_fn, params, data)
         return init(params, k, config, key=key)
 
     def fixed_clusters_(key: jax.Array, params, labels) -> FedGWCState:
-        labels = np.asarray(labels)
-        if labels.shape != (k,):
+        key = check_key(key)
+        _check_model_fit(apply_fn, params, data)
+        if np.shape(labels) != (k,):
             raise ValueError(f"`labels` must have shape ({k},) (one per client), got "
-                             f"{labels.shape}.")  # fmt: skip
+                             f"{np.shape(labels)}.")  # fmt: skip
         return fixed_clusters(params, labels, config).replace(key=key)
 
     def step(state: FedGWCState, x=None) -> tuple[FedGWCState, dict]:
-        key = _key_of(state)
+        key = check(state)
+        if x is not None:
+            raise ValueError("`x` must be None: the client data live in the factory.")
         round_key = jax.random.fold_in(key, state.rounds)
         new, loss = _ROUND_STEP(state.replace(key=None), round_key, data=data, **statics)
-        return new.replace(key=key), {"loss": loss}
+        # a diverged round (NaN / inf loss or interaction matrix) is flagged, never silent
+        finite = jnp.isfinite(loss) & jnp.all(jnp.isfinite(new.r))
+        return new.replace(key=key), {"loss": loss, "finite": finite}
 
     def run_rounds_(state: FedGWCState, max_rounds: int, *, slots: int | None = None,
                     until: jax.Array | int | None = None):  # fmt: skip
-        key = _key_of(state)
+        key = check(state)
         check_int(max_rounds, "max_rounds", minimum=1)
+        if slots is not None:
+            check_int(slots, "slots", minimum=1, maximum=config.max_clusters)
         if until is not None:
+            if isinstance(until, bool):
+                raise TypeError(f"`until` must be an int round count, got the bool {until!r}.")
+            index(until, "until", 0)
             until = jnp.asarray(until, jnp.int32)  # traced: one compile for every budget
         # the module-level function takes the key as an argument; the state travels without it
         new, losses = _RUN_ROUNDS(state.replace(key=None), key, max_rounds=max_rounds,
@@ -177,16 +223,22 @@ def make_fedgwc(
         return new.replace(key=key), losses
 
     def try_split_(state: FedGWCState):
+        _check_state(state, k, config)
         return try_split(state, config)
 
     def client_deltas_(state: FedGWCState, key: jax.Array) -> jax.Array:
+        check(state, with_key=False)
+        key = check_key(key)
         return _CLIENT_DELTAS(apply_fn=apply_fn, state=state.replace(key=None), data=data,
                               key=key, local=config.local, mesh=mesh)  # fmt: skip
 
     def cfl_split_(state: FedGWCState, splits):
+        _check_state(state, k, config)
         return cfl_split(state, splits, config)
 
     def local_only_(params, key: jax.Array, steps: int):
+        key = check_key(key)
+        _check_model_fit(apply_fn, params, data)
         check_int(steps, "steps", minimum=1)
         return _LOCAL_ONLY(apply_fn=apply_fn, params=params, data=data, key=key, steps=steps,
                            local=config.local, mesh=mesh)  # fmt: skip
@@ -201,8 +253,8 @@ class IFCA(NamedTuple):
     Attributes:
       init: ``init(key, params) -> IFCAState``: ``params`` the ``k`` models stacked on a leading
         axis (:func:`~.baselines.random_inits`); ``key`` drives the rounds.
-      step: ``step(state, x=None) -> (state, {"choice": [m]})``: one round (each sampled
-        client's chosen model).
+      step: ``step(state, x=None) -> (state, {"choice": [m], "finite": []})``: one round (each
+        sampled client's chosen model; ``finite`` False when some model became NaN / inf).
       run_rounds: ``run_rounds(state, rounds) -> state``: ``rounds`` rounds in one jitted
         ``lax.scan`` (``rounds`` static).
       assign: ``assign(state, key) -> [K]``: each client's model, the argmin of its training
@@ -229,26 +281,49 @@ def make_ifca(
 
     Arguments as in :func:`make_fedgwc` (``mesh`` shards the ``m`` client slots of a round).
     """
-    k, m = _check_inputs(config, data, mesh)
+    k, m = _check_inputs(config, apply_fn, data, mesh)
     statics = dict(apply_fn=apply_fn, m=m, local=config.local, mesh=mesh)
 
+    fits = _ParamsFit(apply_fn, data)
+
+    def check(state: IFCAState, with_key: bool = True):
+        instance(state, "state", IFCAState)
+        leaves = jax.tree_util.tree_leaves(state.params)
+        n_models = np.shape(leaves[0])[0] if leaves and np.ndim(leaves[0]) else -1
+        leading(state.params, "state.params", n_models, "model")
+        fits(state.params, "state.params")
+        return check_key(_key_of(state), "state.key") if with_key else None
+
     def init_(key: jax.Array, params) -> IFCAState:
+        key = check_key(key)
+        real_tree(params, "params")
+        leaves = jax.tree_util.tree_leaves(params)
+        n_models = np.shape(leaves[0])[0] if np.ndim(leaves[0]) else -1
+        leading(params, "params", n_models, "model: the k models stacked, see `random_inits`")
+        one = jax.tree_util.tree_map(lambda a: a[0], params)
+        _check_model_fit(apply_fn, one, data, "params (one of the stacked models)")
         zero = jnp.zeros((), jnp.int32)
         return IFCAState(params, zero, zero, key)
 
     def step(state: IFCAState, x=None) -> tuple[IFCAState, dict]:
-        key = _key_of(state)
+        key = check(state)
+        if x is not None:
+            raise ValueError("`x` must be None: the client data live in the factory.")
         round_key = jax.random.fold_in(key, state.rounds)
         new, choice = _IFCA_ROUND(state.replace(key=None), round_key, data=data, **statics)
-        return new.replace(key=key), {"choice": choice}
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(a))
+                                    for a in jax.tree_util.tree_leaves(new.params)]))  # fmt: skip
+        return new.replace(key=key), {"choice": choice, "finite": finite}
 
     def run_rounds_(state: IFCAState, rounds: int) -> IFCAState:
-        key = _key_of(state)
+        key = check(state)
         check_int(rounds, "rounds", minimum=1)
         new = _IFCA_RUN(state.replace(key=None), key, rounds=rounds, data=data, **statics)
         return new.replace(key=key)
 
     def assign(state: IFCAState, key: jax.Array) -> jax.Array:
+        check(state, with_key=False)
+        key = check_key(key)
         return _IFCA_ASSIGN(apply_fn=apply_fn, params=state.params, data=data, key=key)
 
     return IFCA(init_, step, run_rounds_, assign, config, k, m)

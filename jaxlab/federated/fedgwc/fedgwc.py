@@ -34,7 +34,8 @@ import numpy as np
 from flax import struct
 from jax.sharding import Mesh
 
-from jaxlab.core.checks import check_in_range, check_int, check_positive
+from jaxlab.core.checks import check_array, check_int, check_key, check_scalar, is_concrete
+from jaxlab.federated.fedgwc._checks import index, instance, leading, real_tree
 from jaxlab.federated.fedgwc.clustering import affinity, select_split
 from jaxlab.federated.fedgwc.interaction import (
     ConvergenceState,
@@ -42,7 +43,13 @@ from jaxlab.federated.fedgwc.interaction import (
     gaussian_rewards,
     update_interaction,
 )
-from jaxlab.federated.fedgwc.rounds import ClientData, LocalConfig, federated_round, sample_clients
+from jaxlab.federated.fedgwc.rounds import (
+    ClientData,
+    LocalConfig,
+    _check_model_fit,
+    federated_round,
+    sample_clients,
+)
 
 __all__ = [
     "FedGWCConfig",
@@ -85,17 +92,18 @@ class FedGWCConfig:
     seed: int = 0
 
     def __post_init__(self):
-        check_in_range(self.participation, "participation", 0.0, 1.0, low_open=True)
+        check_scalar(self.participation, "participation", 0.0, 1.0, low_open=True)
         if not isinstance(self.local, LocalConfig):
             raise ValueError(f"`local` must be a LocalConfig, got {type(self.local).__name__}.")
-        check_positive(self.gamma, "gamma")
-        check_positive(self.eps, "eps")
+        check_scalar(self.gamma, "gamma", 0.0, low_open=True)
+        check_scalar(self.eps, "eps", 0.0, low_open=True)
         check_int(self.max_clusters, "max_clusters", minimum=1)
         check_int(self.max_candidates, "max_candidates", minimum=3)
         check_int(self.seed, "seed", minimum=0)
 
     def clients_per_round(self, num_clients: int) -> int:
         """``m = max(1, round(participation * num_clients))``."""
+        num_clients = check_int(num_clients, "num_clients", minimum=1)
         return max(1, round(self.participation * num_clients))
 
 
@@ -132,6 +140,40 @@ class FedGWCState:
     key: jax.Array | None = None
 
 
+def _check_config(config) -> FedGWCConfig:
+    if not isinstance(config, FedGWCConfig):
+        raise TypeError(f"`config` must be a FedGWCConfig, got {type(config).__name__}.")
+    return config
+
+
+def _check_state(state, num_clients: int | None = None, config: FedGWCConfig | None = None,
+                name: str = "state") -> tuple[int, int]:  # fmt: skip
+    """Raise unless ``state`` is a :class:`FedGWCState` of consistent shapes (for ``num_clients``
+    clients and ``config.max_clusters`` slots when given); returns ``(K, C_max)``. Shapes and
+    dtypes are static; the labels' range is checked where concrete."""
+    instance(state, name, FedGWCState)
+    check_array(state.labels, f"{name}.labels", ndim=1, kind="int", finite=False)
+    check_array(state.active, f"{name}.active", ndim=1, kind="bool")
+    k, c = int(np.shape(state.labels)[0]), int(np.shape(state.active)[0])
+    if num_clients is not None and k != num_clients:
+        raise ValueError(f"`{name}` was built for {k} clients, but the data have {num_clients} "
+                         f"(`{name}.labels` has shape {np.shape(state.labels)}).")  # fmt: skip
+    if config is not None and c != config.max_clusters:
+        raise ValueError(f"`{name}` has {c} cluster slots, but `config.max_clusters` is "
+                         f"{config.max_clusters}.")  # fmt: skip
+    for field, kind in (("splittable", "bool"), ("target", "int")):
+        check_array(getattr(state, field), f"{name}.{field}", shape=(c,), kind=kind, finite=False)
+    instance(state.conv, f"{name}.conv", ConvergenceState)
+    check_array(state.conv.mse, f"{name}.conv.mse", shape=(c,), finite=False)
+    check_array(state.conv.patience, f"{name}.conv.patience", shape=(c,), kind="int")
+    check_array(state.r, f"{name}.r", shape=(k, k), dims="[K, K]", finite=False)
+    check_array(state.rounds, f"{name}.rounds", shape=(), kind="int")
+    check_array(state.client_updates, f"{name}.client_updates", shape=(), kind="int")
+    leading(state.params, f"{name}.params", c, "cluster slots")
+    index(state.labels, f"{name}.labels", 0, c)
+    return k, c
+
+
 def init(
     params, num_clients: int, config: FedGWCConfig, key: jax.Array | None = None
 ) -> FedGWCState:
@@ -139,6 +181,10 @@ def init(
 
     ``key`` is stored in the state (``None``: none; the module-level :func:`run_rounds` takes it
     as an argument instead)."""
+    config = _check_config(config)
+    real_tree(params, "params")
+    if key is not None:
+        key = check_key(key)
     c, k = config.max_clusters, check_int(num_clients, "num_clients", minimum=1)
     m = config.clients_per_round(k)
     stacked = jax.tree_util.tree_map(lambda a: jnp.broadcast_to(a, (c,) + a.shape), params)
@@ -161,10 +207,12 @@ def active_slots(state: FedGWCState) -> int:
     """The number of active clusters (host). Splits fill the lowest free slots, so the active
     slots are a prefix and this is the ``slots`` argument of :func:`round_step` that computes
     exactly the clusters that exist."""
+    _check_state(state)
     active = jax.device_get(state.active)
     n = int(active.sum())
     if not active[:n].all():
-        raise ValueError(f"active cluster slots must be a prefix, got {active.tolist()}.")
+        raise ValueError(f"`state.active`: active cluster slots must be a prefix, got "
+                         f"{active.tolist()}.")  # fmt: skip
     return n
 
 
@@ -185,11 +233,10 @@ def round_step(
     active clusters`` gives the same result at a cost proportional to the clusters that exist.
     Round-level keys: ``split(key, C_max)[c]`` for slot ``c`` whatever ``slots`` is.
     """
+    key = _check_round_args(state, key, apply_fn, data, config)
     k = state.labels.shape[0]
     c_max = config.max_clusters
-    n = c_max if slots is None else slots
-    if not 1 <= n <= c_max:
-        raise ValueError(f"slots must be in [1, max_clusters={c_max}], got {slots}.")
+    n = c_max if slots is None else check_int(slots, "slots", minimum=1, maximum=c_max)
     m = config.clients_per_round(k)
 
     def cluster(c, params, kc):
@@ -236,8 +283,26 @@ def round_step(
     return new_state, mean_loss
 
 
+def _check_round_args(state, key, apply_fn, data, config) -> jax.Array:
+    """The checks of :func:`round_step` / :func:`run_rounds`; returns the typed key."""
+    config = _check_config(config)
+    if not callable(apply_fn):
+        raise TypeError(f"`apply_fn` must be a callable, got {type(apply_fn).__name__}.")
+    if not isinstance(data, ClientData):
+        raise TypeError(f"`data` must be a ClientData, got {type(data).__name__}.")
+    data.check(config.local.batch_size)
+    _check_state(state, int(np.shape(data.count)[0]), config)
+    if is_concrete(state.params):  # an eager call: the models must fit the network and data
+        head = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(np.shape(a)[1:], a.dtype), state.params
+        )
+        _check_model_fit(apply_fn, head, data, "state.params (each model)", finite=False)
+    return check_key(key)
+
+
 def triggered(state: FedGWCState) -> jax.Array:
     """``[C_max]``: splittable active clusters whose patience has reached its target."""
+    _check_state(state)
     return state.active & state.splittable & (state.conv.patience >= state.target)
 
 
@@ -259,9 +324,21 @@ def run_rounds(
     reaches it, so one compiled chunk length serves any round budget.
 
     Returns ``(state, losses [max_rounds])`` (mean local loss per round run; NaN after a stop).
+    A NaN / inf loss among the rounds run (the first ``state.rounds`` increase) means local
+    training diverged: the interaction matrix is then not finite and :func:`try_split` refuses
+    it with an error rather than deciding a clustering.
     (A scan with a skip branch, not a ``while_loop``: on XLA:CPU the while loop ran the same
     rounds about 4x slower when the client data is a jit argument.)
     """
+    key = _check_round_args(state, key, apply_fn, data, config)
+    max_rounds = check_int(max_rounds, "max_rounds", minimum=1)
+    if slots is not None:
+        check_int(slots, "slots", minimum=1, maximum=config.max_clusters)
+    if until is not None:
+        if isinstance(until, bool):
+            raise TypeError(f"`until` must be an int round count, got the bool {until!r}.")
+        check_array(until, "until", ndim=0, kind="int")
+        index(until, "until", 0)
 
     def body(s, _):
         def go(s):
@@ -290,13 +367,19 @@ def split_cluster(
     ``round(K_child / m)`` and is splittable iff ``K_child > m``. Returns ``(state, child sizes)``;
     with too few free slots the state is returned unchanged and the sizes list is empty.
     """
+    config = _check_config(config)
+    _, c_max = _check_state(state, config=config)
+    cluster = check_int(cluster, "cluster", minimum=0, maximum=c_max - 1)
+    check_array(children, "children", ndim=1, kind="int")
+    if np.size(children) and np.min(children) < 0:
+        raise ValueError(f"`children` must be child labels 0..n-1, got {np.unique(children)}.")
     host = jax.device_get((state.labels, state.active, state.splittable, state.target, state.conv))
     labels, active, splittable, target = (np.array(a) for a in host[:4])
     mse, patience = np.array(host[4].mse), np.array(host[4].patience)
     members = np.flatnonzero(labels == cluster)
     children = np.asarray(children)
     if children.shape != members.shape:
-        raise ValueError(f"children has shape {children.shape}; cluster {cluster} has "
+        raise ValueError(f"`children` has shape {children.shape}; cluster {cluster} has "
                          f"{members.size} members.")  # fmt: skip
     free = np.flatnonzero(~active)
     n_new = int(children.max())
@@ -331,6 +414,8 @@ def try_split(state: FedGWCState, config: FedGWCConfig) -> tuple[FedGWCState, li
     Returns the new state and one record per attempt: ``{"round", "cluster", "size", "scores",
     "split_sizes"}`` (``split_sizes`` empty when the cluster was not split).
     """
+    config = _check_config(config)
+    _check_state(state, config=config)
     labels, r, rounds = (np.asarray(a) for a in jax.device_get((state.labels, state.r,
                                                                 state.rounds)))  # fmt: skip
     m = config.clients_per_round(labels.shape[0])
@@ -338,6 +423,9 @@ def try_split(state: FedGWCState, config: FedGWCConfig) -> tuple[FedGWCState, li
     for c in np.flatnonzero(np.asarray(jax.device_get(triggered(state)))):
         members = np.flatnonzero(labels == c)
         block = r[np.ix_(members, members)]
+        if not np.isfinite(block).all():
+            raise ValueError(f"`state.r` of cluster {int(c)} is not finite (NaN/inf): its local "
+                             "training diverged; no clustering decision can be made.")  # fmt: skip
         children, scores = select_split(np.asarray(affinity(jnp.asarray(block), config.gamma)), m,
                                         config.seed, config.max_candidates)  # fmt: skip
         sizes = []

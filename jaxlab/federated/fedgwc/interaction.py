@@ -28,9 +28,24 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
+from jaxlab.core.checks import check_array, check_scalar, is_concrete
+from jaxlab.federated.fedgwc._checks import arr, index, instance, nonneg
+
 __all__ = ["ConvergenceState", "convergence_step", "gaussian_rewards", "update_interaction"]
+
+
+def _unit(x, name: str, ndim: int | None = None) -> None:
+    """Real, in ``[0, 1]`` where concrete (an EMA weight)."""
+    if isinstance(x, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a real number, got the bool {x!r}.")
+    check_array(x, name, ndim=ndim)
+    if is_concrete(x):
+        a = np.asarray(jax.device_get(x))
+        if not np.all((a >= 0) & (a <= 1)):
+            raise ValueError(f"`{name}` must lie in [0, 1]; got {a}.")
 
 
 def gaussian_rewards(losses: jax.Array, weights: jax.Array, mask: jax.Array) -> jax.Array:
@@ -44,6 +59,14 @@ def gaussian_rewards(losses: jax.Array, weights: jax.Array, mask: jax.Array) -> 
     Returns:
       ``[S]`` rewards in ``(0, 1]`` on real slots, 0 on padding.
     """
+    losses = arr(losses, "losses", ndim=2, dims="[S, T]")
+    s = np.shape(losses)[0]
+    weights = nonneg(arr(weights, "weights", shape=(s,), dims="[S] like `losses`"), "weights")
+    mask = arr(mask, "mask", shape=(s,), dims="[S] like `losses`", kind="bool")
+    if is_concrete((weights, mask)):
+        if not np.any(np.asarray(mask)) or np.sum(np.where(mask, weights, 0)) <= 0:
+            raise ValueError("`weights` on the real slots (`mask`) must have a positive sum; got "
+                             f"{np.asarray(weights)} with mask {np.asarray(mask)}.")  # fmt: skip
     w = jnp.where(mask, weights, 0.0)
     v = w / jnp.sum(w)
     mu = jnp.sum(v[:, None] * losses, axis=0)  # [T]
@@ -68,6 +91,15 @@ def update_interaction(
       ``(new R, sse)``: only ``R[i, j]`` with ``i, j`` real slots change, by
       ``alpha (r_i / sum r - R[i, j])``; ``sse`` is the sum of squared changes.
     """
+    r_matrix = arr(r_matrix, "r_matrix", ndim=2, dims="[K, K]")
+    k = np.shape(r_matrix)[0]
+    if np.shape(r_matrix) != (k, k):
+        raise ValueError(f"`r_matrix` must be square [K, K], got shape {np.shape(r_matrix)}.")
+    idx = index(arr(idx, "idx", ndim=1, kind="int", dims="[S]"), "idx", 0, k)
+    s = np.shape(idx)[0]
+    mask = arr(mask, "mask", shape=(s,), dims="[S] like `idx`", kind="bool")
+    rewards = nonneg(arr(rewards, "rewards", shape=(s,), dims="[S] like `idx`"), "rewards")
+    _unit(alpha, "alpha", ndim=0)
     share = rewards / jnp.sum(jnp.where(mask, rewards, 0.0))
     pair = mask[:, None] & mask[None, :]
     block = r_matrix[idx[:, None], idx[None, :]]
@@ -91,11 +123,28 @@ class ConvergenceState:
 
     @classmethod
     def init(cls, shape=()) -> ConvergenceState:
+        """``mse = 1``, patience 0, of ``shape`` (an int or a tuple of ints >= 0)."""
+        dims = (shape,) if isinstance(shape, int | np.integer) else shape
+        if (
+            not isinstance(dims, tuple | list)
+            or any(isinstance(d, bool) or not isinstance(d, int | np.integer) for d in dims)
+            or any(d < 0 for d in dims)
+        ):
+            raise ValueError(f"`shape` must be a tuple of ints >= 0, got {shape!r}.")
         return cls(jnp.ones(shape), jnp.zeros(shape, jnp.int32))
 
 
 def convergence_step(state: ConvergenceState, sse, alpha, m, eps: float = 1e-5) -> ConvergenceState:
     """``mse <- (1 - alpha) mse + alpha sse / m^2``; patience ``+1`` while ``mse < eps``, else 0."""
+    instance(state, "state", ConvergenceState)
+    check_array(sse, "sse")
+    nonneg(sse, "sse")
+    _unit(alpha, "alpha")
+    if isinstance(m, bool) or not isinstance(m, int | np.integer):
+        check_array(m, "m", ndim=0, kind="int")
+    elif m < 1:
+        raise ValueError(f"`m` must be >= 1, got {m}.")
+    check_scalar(eps, "eps", 0.0, low_open=True)
     mse = (1.0 - alpha) * state.mse + alpha * sse / (m * m)
     patience = jnp.where(mse < eps, state.patience + 1, 0)
     return ConvergenceState(mse, patience)

@@ -21,8 +21,9 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxlab.core.checks import check_int, check_positive, check_shape
+from jaxlab.core.checks import check_int, check_key, check_scalar, check_shape, is_concrete
 from jaxlab.core.training import fit
+from jaxlab.federated.robust_dkw._checks import check_labels, check_static_float, check_values
 
 __all__ = ["DigitsModel", "fit_digits_model", "shifted_client_risks"]
 
@@ -79,12 +80,16 @@ def fit_digits_model(
       steps: Adam steps (``>= 0``).
       lr, l2, sd_floor: learning rate, weight penalty, SD floor.
     """
+    check_values(x_train, "x_train")
     x_train = check_shape(np.asarray(x_train), "x_train", (None, 8, 8), "[N, 8, 8]")
+    if x_train.shape[0] < 1:
+        raise ValueError("`x_train` must hold at least one image, got shape (0, 8, 8).")
+    check_labels(y_train, "y_train", NUM_CLASSES)
     y_train = check_shape(np.asarray(y_train), "y_train", (x_train.shape[0],), "[N]")
     steps = check_int(steps, "steps", minimum=0)
-    check_positive(lr, "lr")
-    check_positive(l2, "l2", strict=False)
-    check_positive(sd_floor, "sd_floor")
+    lr = check_static_float(lr, "lr", 0.0, strict=True)
+    l2 = check_static_float(l2, "l2", 0.0)
+    check_scalar(sd_floor, "sd_floor", 0.0, low_open=True)
     flat = x_train.reshape(-1, 64)
     init = DigitsModel(
         jnp.zeros((64, NUM_CLASSES)),
@@ -107,7 +112,6 @@ def _fit(init: DigitsModel, xs, ys, steps: int, lr: float, l2: float):
     return wb
 
 
-@functools.partial(jax.jit, static_argnames=("shift_sd",))
 def shifted_client_risks(
     model: DigitsModel,
     keys: jax.Array,
@@ -128,7 +132,38 @@ def shifted_client_risks(
     Returns:
       ``[C]`` risks in ``[0, 1]``.
     """
+    _check_model(model)
+    keys = check_key(keys, "keys", batched=True)
+    if keys.ndim != 1:
+        raise ValueError(
+            f"`keys` must be [C] keys (one per client), got a key of shape {keys.shape}."
+        )
+    check_values(x_pool, "x_pool")
+    check_shape(x_pool, "x_pool", (None, 8, 8), "[P, 8, 8]")
+    check_labels(y_pool, "y_pool", NUM_CLASSES, shape=np.shape(x_pool)[:1])
+    if is_concrete(y_pool):
+        missing = sorted(set(range(NUM_CLASSES)) - set(np.unique(np.asarray(y_pool)).tolist()))
+        if missing:
+            raise ValueError(
+                f"`y_pool` must hold every class 0..9 (a class error rate is a mean over its "
+                f"images); classes {missing} are missing."
+            )
+    check_scalar(alpha, "alpha", 0.0, low_open=True)
+    shift_sd = check_static_float(shift_sd, "shift_sd", 0.0)
+    return _shifted_risks(model, keys, x_pool, y_pool, alpha, shift_sd)
 
+
+def _check_model(model) -> None:
+    if not isinstance(model, DigitsModel):
+        raise TypeError(f"`model` must be a DigitsModel, got {type(model).__name__}.")
+    for field, shape in (("w", (64, 10)), ("b", (10,)), ("mean", (64,)), ("sd", (64,))):
+        check_values(getattr(model, field), f"model.{field}")
+        check_shape(getattr(model, field), f"model.{field}", shape)
+    check_values(model.sd, "model.sd", 0.0, low_open=True)
+
+
+@functools.partial(jax.jit, static_argnames=("shift_sd",))
+def _shifted_risks(model, keys, x_pool, y_pool, alpha, shift_sd: float):
     def one(k):
         kp, ka, kb = jax.random.split(k, 3)
         pi = jax.random.dirichlet(kp, jnp.full((NUM_CLASSES,), alpha))

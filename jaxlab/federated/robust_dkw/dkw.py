@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxlab.core.checks import check_positive, check_probability, is_concrete
+from jaxlab.core.checks import check_int, check_real, check_scalar, is_concrete
+from jaxlab.federated.robust_dkw._checks import as_array, check_count, check_result, check_values
 
 __all__ = [
     "CDFBand",
@@ -54,7 +55,14 @@ def check_losses(
     ``[0, 1]`` (checked where concrete, :func:`jaxlab.core.checks.is_concrete`; traced values
     pass through). The method's own check: the message says why the bounds need a bounded loss.
     """
+    check_int(min_clients, "min_clients", minimum=1)
+    check_int(axis, "axis")
+    if isinstance(r, bool | np.bool_):
+        raise TypeError(f"`{name}` must be an array of losses, got the bool {r!r}.")
+    check_real(r, name)
     r = jnp.asarray(r)
+    if r.ndim >= 1 and not -r.ndim <= axis < r.ndim:
+        raise ValueError(f"`axis`={axis} is out of range for `{name}` of shape {r.shape}.")
     if r.ndim < 1 or r.shape[axis] < min_clients:
         raise ValueError(
             f"`{name}` needs at least {min_clients} clients on axis {axis}; got shape {r.shape}. "
@@ -62,7 +70,12 @@ def check_losses(
         )
     if is_concrete(r):
         a = np.asarray(r)
-        if a.size and not (np.all(np.isfinite(a)) and a.min() >= 0.0 and a.max() <= 1.0):
+        if a.size and not np.all(np.isfinite(a)):
+            raise ValueError(
+                f"`{name}` must hold finite losses in [0, 1]; it has "
+                f"{int(np.sum(~np.isfinite(a)))} NaN/inf entries."
+            )
+        if a.size and not (a.min() >= 0.0 and a.max() <= 1.0):
             raise ValueError(
                 f"`{name}` must hold losses in [0, 1] (use the 0-1 loss or a clipped loss; the "
                 f"bounds need a bounded loss); got values in [{a.min():.4g}, {a.max():.4g}]."
@@ -70,18 +83,47 @@ def check_losses(
     return r
 
 
+def _check_clients(r_hat, name: str = "r_hat") -> jax.Array:
+    """:func:`check_losses` of a single network's risks ``[K]`` (rank 1)."""
+    r_hat = check_losses(r_hat, name)
+    if r_hat.ndim != 1:
+        raise ValueError(f"`{name}` must be [K] (one risk per client), got shape {r_hat.shape}.")
+    return r_hat
+
+
+def _check_delta(delta) -> None:
+    check_scalar(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
+
+
+def _check_points(x, name: str = "lam") -> jax.Array:
+    """Thresholds / evaluation points: a non-empty finite 1-D array (``[L]``)."""
+    return jnp.asarray(check_values(x, name, ndim=1, nonempty=True))
+
+
+def _check_bool(value, name: str) -> None:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a bool, got {value!r} ({type(value).__name__}).")
+
+
 # ---- constants -----------------------------------------------------------------------------------
 
 
 def dkw_epsilon(num_clients, delta) -> jax.Array:
     """Massart-DKW half-width ``eps_K = sqrt(log(2 / delta) / (2 K))`` (two-sided, level delta)."""
-    return jnp.sqrt(jnp.log(2.0 / delta) / (2.0 * num_clients))
+    check_count(num_clients, "num_clients")
+    _check_delta(delta)
+    out = jnp.sqrt(jnp.log(2.0 / delta) / (2.0 * num_clients))
+    return check_result(out, "dkw_epsilon: sqrt(log(2 / `delta`) / (2 `num_clients`))")
 
 
 def hoeffding_shift(n_min, num_clients, delta) -> jax.Array:
     """Per-client shift ``t = sqrt(log(2 K / delta) / (2 n_min))``: all ``K`` clients' estimates
     within ``t`` of their risks with probability ``>= 1 - delta`` (two-sided Hoeffding + union)."""
-    return jnp.sqrt(jnp.log(2.0 * num_clients / delta) / (2.0 * n_min))
+    check_count(n_min, "n_min")
+    check_count(num_clients, "num_clients")
+    _check_delta(delta)
+    out = jnp.sqrt(jnp.log(2.0 * num_clients / delta) / (2.0 * n_min))
+    return check_result(out, "hoeffding_shift: sqrt(log(2 `num_clients` / `delta`) / (2 `n_min`))")
 
 
 def count_below(r: jax.Array, x: jax.Array, *, strict: bool = False) -> jax.Array:
@@ -92,6 +134,10 @@ def count_below(r: jax.Array, x: jax.Array, *, strict: bool = False) -> jax.Arra
     ``O((K + L) log L)``; sorting ``K = 8000`` risks per replicate costs about 8x more on XLA:CPU.
     ``x`` need not be sorted.
     """
+    check_values(r, "r", ndim=1)
+    check_values(x, "x", ndim=1)
+    _check_bool(strict, "strict")
+    r, x = as_array(r), as_array(x)
     order = jnp.argsort(x)
     # r_k <= x_j  <=>  j >= (first sorted index with x >= r_k); strict: first with x > r_k
     side = "right" if strict else "left"
@@ -102,11 +148,17 @@ def count_below(r: jax.Array, x: jax.Array, *, strict: bool = False) -> jax.Arra
 
 def ecdf(r: jax.Array, lam: jax.Array) -> jax.Array:
     """Empirical CDF ``#{k : r_k <= lam_j} / K`` of values ``r [K]`` at points ``lam [L]``."""
+    check_values(r, "r", ndim=1, nonempty=True)
+    check_values(lam, "lam", ndim=1)
+    r, lam = as_array(r), as_array(lam)
     return count_below(r, lam) / r.shape[-1]
 
 
 def tail_fraction(r: jax.Array, lam: jax.Array) -> jax.Array:
     """Empirical tail ``#{k : r_k >= lam_j} / K`` of values ``r [K]`` at points ``lam [L]``."""
+    check_values(r, "r", ndim=1, nonempty=True)
+    check_values(lam, "lam", ndim=1)
+    r, lam = as_array(r), as_array(lam)
     k = r.shape[-1]
     return (k - count_below(r, lam, strict=True)) / k
 
@@ -140,10 +192,12 @@ def dkw_band(
       :class:`CDFBand`; ``lower = clip(F_hat(lam - t) - eps_K)``, ``upper = clip(F_hat(lam + t) +
       eps_K)``, both non-decreasing in ``lam``.
     """
-    r_hat = check_losses(r_hat)
-    check_probability(delta, "delta")
-    check_positive(n_min, "n_min")
-    return _band(r_hat, jnp.asarray(lam), n_min, delta, client_term)
+    r_hat = _check_clients(r_hat)
+    lam = _check_points(lam)
+    check_count(n_min, "n_min")
+    _check_delta(delta)
+    _check_bool(client_term, "client_term")
+    return _band(r_hat, lam, n_min, delta, client_term)
 
 
 @functools.partial(jax.jit, static_argnames=("client_term",))
@@ -163,8 +217,10 @@ def quantile_interval(r_hat: jax.Array, q, n_min, delta=0.05) -> tuple[jax.Array
     ``F_hat^-1(u)`` the smallest ``R_hat_k`` whose empirical CDF is ``>= u`` (``0`` for ``u <= 0``,
     ``1`` for ``u > 1``); it follows from inverting :func:`dkw_band`.
     """
-    r_hat = check_losses(r_hat)
-    check_probability(delta, "delta")
+    r_hat = _check_clients(r_hat)
+    check_values(q, "q", 0.0, 1.0)
+    check_count(n_min, "n_min")
+    _check_delta(delta)
     k = r_hat.shape[-1]
     eps_k = dkw_epsilon(k, delta / 2)
     t = hoeffding_shift(n_min, k, delta / 2)
@@ -187,7 +243,8 @@ def average_loss_interval(r_hat: jax.Array, n_min, delta=0.05) -> tuple[jax.Arra
     Hoeffding over the ``K`` iid true risks adds the second term (``delta`` split equally).
     """
     r_hat = check_losses(r_hat)
-    check_probability(delta, "delta")
+    check_count(n_min, "n_min")
+    _check_delta(delta)
     k = r_hat.shape[-1]
     t = hoeffding_shift(n_min, k, delta / 2)
     width = t + jnp.sqrt(jnp.log(4.0 / delta) / (2.0 * k))

@@ -34,10 +34,23 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.special import digamma, gammaln, xlogy
 
-from jaxlab.core.checks import check_choice, check_positive, check_probability
-from jaxlab.federated.robust_dkw.dkw import check_losses, tail_fraction
+from jaxlab.core.checks import check_choice, check_int, check_scalar
+from jaxlab.federated.robust_dkw._checks import (
+    as_array,
+    as_jax,
+    check_count,
+    check_result,
+    check_values,
+)
+from jaxlab.federated.robust_dkw.dkw import (
+    _check_clients,
+    _check_delta,
+    _check_points,
+    tail_fraction,
+)
 
 __all__ = [
     "DIVERGENCES",
@@ -61,14 +74,41 @@ def _float_dtype():
 
 
 def _check_divergence(divergence: str) -> str:
+    if not isinstance(divergence, str):
+        raise ValueError(f"`divergence` must be one of {DIVERGENCES}, got {divergence!r:.60}.")
     return check_choice(divergence, "divergence", DIVERGENCES)
 
 
+def _check_iters(iters) -> int:
+    return check_int(iters, "iters", minimum=1)
+
+
+def _check_fraction(p, name: str = "p") -> None:
+    check_values(p, name, 0.0, 1.0)
+
+
+def _check_budget(eps, name: str = "eps") -> None:
+    check_values(eps, name, 0.0)
+
+
+def _check_broadcast(**arrays) -> None:
+    """The arguments broadcast to one shape (elementwise functions)."""
+    shapes = {name: tuple(jnp.shape(a)) for name, a in arrays.items()}
+    try:
+        np.broadcast_shapes(*shapes.values())
+    except ValueError:
+        names = ", ".join(f"`{n}` {s}" for n, s in shapes.items())
+        raise ValueError(f"the shapes of {names} do not broadcast together.") from None
+
+
 def f_div(t: jax.Array, divergence: str) -> jax.Array:
-    """The generator ``f``: ``t log t`` (KL, ``0 log 0 = 0``) or ``(t - 1)^2`` (chi2)."""
+    """The generator ``f``: ``t log t`` (KL, ``0 log 0 = 0``) or ``(t - 1)^2`` (chi2), ``t >= 0``
+    (a likelihood ratio)."""
+    check_values(t, "t", 0.0)
+    t = as_array(t)
     if _check_divergence(divergence) == "kl":
-        return xlogy(t, t)
-    return (t - 1.0) ** 2
+        return check_result(xlogy(t, t), "f_div: `t` log `t`")
+    return check_result((t - 1.0) ** 2, "f_div: (`t` - 1)^2")
 
 
 def _argmin_f(divergence: str) -> float:
@@ -90,7 +130,6 @@ def _bisect(pred, lo, hi, iters: int):
     return jnp.where(pred(hi), hi, a)
 
 
-@functools.partial(jax.jit, static_argnames=("divergence", "iters"))
 def divergence_constants(eps, delta, divergence: str, iters: int = 100):
     """``(Lam, c1, c2)`` of the official certificate: ``f(Lam) = eps / delta`` (largest root),
     ``c1 = Lam - 1``, ``c2 = (f(Lam) - f(1/Lam)) / 2`` (KL) or ``f(Lam) / 2`` (chi2).
@@ -99,7 +138,15 @@ def divergence_constants(eps, delta, divergence: str, iters: int = 100):
     increasing above ``1/e`` and ``t log t >= t`` for ``t >= e``), so small ``eps / delta`` gives
     a root just above 1 instead of the official bracket's failure.
     """
+    _check_budget(eps)
+    check_values(delta, "delta", 0.0, 1.0, low_open=True, high_open=True)
     _check_divergence(divergence)
+    out = _constants(eps, delta, divergence, _check_iters(iters))
+    return check_result(out, "divergence_constants: the root of f(Lam) = `eps` / `delta`")
+
+
+@functools.partial(jax.jit, static_argnames=("divergence", "iters"))
+def _constants(eps, delta, divergence: str, iters: int):
     y = jnp.asarray(eps, _float_dtype()) / delta
     if divergence == "chi2":
         lam = 1.0 + jnp.sqrt(y)
@@ -109,7 +156,6 @@ def divergence_constants(eps, delta, divergence: str, iters: int = 100):
     return lam, lam - 1.0, (f_div(lam, "kl") - f_div(1.0 / lam, "kl")) / 2.0
 
 
-@functools.partial(jax.jit, static_argnames=("divergence", "iters"))
 def two_level_weights(p, budget, tau1, lam_max, divergence: str, iters: int = 60):
     """The optimal two-level weights ``(a*, b*)`` of the reduction (module docstring).
 
@@ -124,6 +170,17 @@ def two_level_weights(p, budget, tau1, lam_max, divergence: str, iters: int = 60
     Returns:
       ``(a, b)`` broadcast to a common shape; the value is ``V = p a`` (0 where ``p = 0``).
     """
+    _check_fraction(p)
+    _check_budget(budget, "budget")
+    _check_budget(tau1, "tau1")
+    check_values(lam_max, "lam_max", 1.0, finite=False)
+    _check_divergence(divergence)
+    _check_broadcast(p=p, budget=budget, tau1=tau1, lam_max=lam_max)
+    return _two_level(p, budget, tau1, lam_max, divergence, _check_iters(iters))
+
+
+@functools.partial(jax.jit, static_argnames=("divergence", "iters"))
+def _two_level(p, budget, tau1, lam_max, divergence: str, iters: int):
     f = lambda t: f_div(t, divergence)  # noqa: E731
     t_f = _argmin_f(divergence)
     p, budget, tau1, lam_max = jnp.broadcast_arrays(
@@ -146,29 +203,54 @@ def two_level_weights(p, budget, tau1, lam_max, divergence: str, iters: int = 60
     return a, best_b(a)
 
 
-@functools.partial(jax.jit, static_argnames=("divergence", "iters"))
 def population_worst_tail(p, eps, divergence: str, iters: int = 60) -> jax.Array:
     """``G* = p a*`` of the reduction with ``tau = 0`` and ``Lam = inf`` (the population limit)."""
-    a, _ = two_level_weights(p, eps, 0.0, jnp.inf, divergence, iters)
+    _check_fraction(p)
+    _check_budget(eps)
+    _check_divergence(divergence)
+    _check_broadcast(p=p, eps=eps)
+    return _population(p, eps, divergence, _check_iters(iters))
+
+
+@functools.partial(jax.jit, static_argnames=("divergence", "iters"))
+def _population(p, eps, divergence: str, iters: int) -> jax.Array:
+    a, _ = _two_level(p, eps, 0.0, jnp.inf, divergence, iters)
     return jnp.where(jnp.asarray(p) > 0.0, p * a, 0.0)
 
 
 def chi2_worst_tail(p, eps) -> jax.Array:
     """Closed form of the chi-square worst-case tail: ``min(1, p + sqrt(eps p (1 - p)))``."""
+    _check_fraction(p)
+    _check_budget(eps)
+    p, eps = as_array(p), as_array(eps)
     return jnp.minimum(1.0, p + jnp.sqrt(eps * p * (1.0 - p)))
 
 
 def kl_bernoulli(q, p) -> jax.Array:
-    """``kl(q || p) = q log(q / p) + (1 - q) log((1 - q) / (1 - p))`` (Bernoulli KL)."""
+    """``kl(q || p) = q log(q / p) + (1 - q) log((1 - q) / (1 - p))`` (Bernoulli KL), ``q, p`` in
+    ``[0, 1]``; ``+inf`` (the exact value) where ``p`` is 0 or 1 and ``q != p``."""
+    _check_fraction(q, "q")
+    _check_fraction(p)
+    return _kl_bernoulli(as_array(q), as_array(p))
+
+
+def _kl_bernoulli(q, p) -> jax.Array:
     return xlogy(q, q) - xlogy(q, p) + xlogy(1.0 - q, 1.0 - q) - xlogy(1.0 - q, 1.0 - p)
 
 
-@functools.partial(jax.jit, static_argnames=("iters",))
 def kl_worst_tail(p, eps, iters: int = 100) -> jax.Array:
     """Closed form of the KL worst-case tail: the ``q in [p, 1]`` with ``kl(q || p) = eps``
     (``1`` when ``kl(1 || p) = -log p <= eps``), by bisection of the increasing ``kl(. || p)``."""
+    _check_fraction(p)
+    _check_budget(eps)
+    _check_broadcast(p=p, eps=eps)
+    return _kl_tail(p, eps, _check_iters(iters))
+
+
+@functools.partial(jax.jit, static_argnames=("iters",))
+def _kl_tail(p, eps, iters: int) -> jax.Array:
     p, eps = jnp.broadcast_arrays(jnp.asarray(p, _float_dtype()), jnp.asarray(eps, _float_dtype()))
-    return _bisect(lambda q: kl_bernoulli(q, p) <= eps, p, jnp.ones_like(p), iters)
+    return _bisect(lambda q: _kl_bernoulli(q, p) <= eps, p, jnp.ones_like(p), iters)
 
 
 def robust_tail_bound(
@@ -195,12 +277,13 @@ def robust_tail_bound(
     Returns:
       ``[L]`` bound in ``[0, 1]``, non-increasing in ``lam`` and non-decreasing in ``eps``.
     """
-    r_hat = check_losses(r_hat)
-    check_probability(delta, "delta")
-    check_positive(n, "n")
-    check_positive(eps, "eps", strict=False)
+    r_hat = _check_clients(r_hat)
+    lam = _check_points(lam)
+    check_scalar(eps, "eps", 0.0)
+    check_count(n, "n")
+    _check_delta(delta)
     _check_divergence(divergence)
-    return _tail_bound(r_hat, jnp.asarray(lam), eps, n, delta, divergence, iters)
+    return _tail_bound(r_hat, lam, eps, n, delta, divergence, _check_iters(iters))
 
 
 @functools.partial(jax.jit, static_argnames=("divergence", "iters"))
@@ -208,9 +291,9 @@ def _tail_bound(r_hat, lam, eps, n, delta, divergence: str, iters: int):
     k = r_hat.shape[-1]
     t = jnp.sqrt(jnp.log((k + 2.0) / delta) / (2.0 * n))
     s_k = jnp.sqrt(jnp.log(k / delta) / k)
-    lam_max, c1, c2 = divergence_constants(eps, delta, divergence)
+    lam_max, c1, c2 = _constants(eps, delta, divergence, 100)
     p = tail_fraction(r_hat, lam - t)  # #{R_hat >= lam - t} / K
-    a, _ = two_level_weights(p, eps + c2 * s_k, c1 * s_k, lam_max, divergence, iters)
+    a, _ = _two_level(p, eps + c2 * s_k, c1 * s_k, lam_max, divergence, iters)
     v = jnp.where(p > 0.0, p * a, 0.0)
     return jnp.minimum(1.0, v + s_k)
 
@@ -221,6 +304,18 @@ def dirichlet_kl(alpha_p: jax.Array, alpha_q: jax.Array) -> jax.Array:
     By data processing it bounds the KL between the induced risk meta-distributions when target
     and source networks differ only in their Dirichlet label proportions: a certified ``eps``.
     """
+    for a, name in ((alpha_p, "alpha_p"), (alpha_q, "alpha_q")):
+        check_values(a, name, 0.0, low_open=True)
+        if jnp.ndim(a) < 1 or jnp.shape(a)[-1] < 1:
+            raise ValueError(
+                f"`{name}` must be a concentration vector [C], got shape {jnp.shape(a)}."
+            )
+    if jnp.shape(alpha_p)[-1] != jnp.shape(alpha_q)[-1]:
+        raise ValueError(
+            f"`alpha_p` and `alpha_q` must have the same number of classes; got shapes "
+            f"{jnp.shape(alpha_p)} and {jnp.shape(alpha_q)}."
+        )
+    alpha_p, alpha_q = as_jax(alpha_p), as_jax(alpha_q)
     sp, sq = alpha_p.sum(-1), alpha_q.sum(-1)
     return (
         gammaln(sp)

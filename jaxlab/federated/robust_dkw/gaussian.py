@@ -25,6 +25,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import ndtr
 
+from jaxlab.core.checks import check_int, check_key, is_concrete
+from jaxlab.federated.robust_dkw._checks import (
+    as_array,
+    as_jax,
+    check_labels,
+    check_result,
+    check_static_float,
+    check_values,
+)
+
 __all__ = [
     "class_margin_means",
     "fit_lda",
@@ -34,7 +44,6 @@ __all__ = [
 ]
 
 
-@functools.partial(jax.jit, static_argnames=("dim", "spread", "clients", "samples"))
 def sample_gaussian_clients(
     key: jax.Array, dim: int, spread: float, clients: int, samples: int
 ) -> tuple[jax.Array, jax.Array]:
@@ -42,6 +51,16 @@ def sample_gaussian_clients(
 
     ``spread`` is the SD ``s`` of the client means; labels are int32 in ``{0, 1}``.
     """
+    key = check_key(key, "key")
+    dim = check_int(dim, "dim", minimum=1)
+    spread = check_static_float(spread, "spread", 0.0)
+    clients = check_int(clients, "clients", minimum=1)
+    samples = check_int(samples, "samples", minimum=1)
+    return _sample_clients(key, dim, spread, clients, samples)
+
+
+@functools.partial(jax.jit, static_argnames=("dim", "spread", "clients", "samples"))
+def _sample_clients(key, dim: int, spread: float, clients: int, samples: int):
     km, ky, kx = jax.random.split(key, 3)
     means = spread * jax.random.normal(km, (clients, dim))
     y = jax.random.bernoulli(ky, 0.5, (clients, samples)).astype(jnp.int32)
@@ -61,13 +80,27 @@ def fit_lda(x, y) -> tuple[jax.Array, jax.Array]:
       mu_0)`` (pooled within-class covariance) and ``b = -w . (mu_0 + mu_1) / 2``; split
       symmetrically between the two classes' scores.
     """
+    check_values(x, "x")
+    if np.ndim(x) < 1 or np.shape(x)[-1] < 1:
+        raise ValueError(f"`x` must be [..., d] samples with d >= 1, got shape {np.shape(x)}.")
+    check_labels(y, "y", 2, shape=np.shape(x)[:-1])
     dim = np.shape(x)[-1]
     x, y = np.asarray(x, np.float64).reshape(-1, dim), np.asarray(y).reshape(-1)
     if not (np.any(y == 0) and np.any(y == 1)):
         raise ValueError("fit_lda: `y` must contain both classes 0 and 1.")
+    if len(y) < dim + 2:
+        raise ValueError(
+            f"fit_lda: `x` needs at least d + 2 = {dim + 2} samples for a pooled covariance of "
+            f"full rank, got {len(y)}."
+        )
     mu0 = x[y == 0].mean(0)
     mu1 = x[y == 1].mean(0)
     cov = np.cov(np.concatenate([x[y == 0] - mu0, x[y == 1] - mu1]).T).reshape(dim, dim)
+    if np.linalg.matrix_rank(cov) < dim:
+        raise ValueError(
+            "fit_lda: the pooled within-class covariance of `x` is singular (a constant or "
+            "collinear coordinate); drop the redundant coordinates."
+        )
     w = np.linalg.solve(cov, mu1 - mu0)
     b = -w @ (mu0 + mu1) / 2
     return jnp.stack([-w / 2, w / 2], 1), jnp.array([-b / 2, b / 2])
@@ -80,6 +113,20 @@ def class_margin_means(weights: jax.Array, bias: jax.Array, means: jax.Array) ->
     ``(m . w + b + w_1st) / ||w||`` and class 0 (centre ``m - e_1``) ``-(m . w + b - w_1st) /
     ||w||``, where ``w_1st`` is the first coordinate of ``w``.
     """
+    check_values(weights, "weights", ndim=2)
+    if np.shape(weights)[1] != 2:
+        raise ValueError(f"`weights` must be [d, 2] (two classes), got {np.shape(weights)}.")
+    check_values(bias, "bias", ndim=1)
+    if np.shape(bias) != (2,):
+        raise ValueError(f"`bias` must have shape (2,), got {np.shape(bias)}.")
+    check_values(means, "means", ndim=2)
+    if np.shape(means)[1] != np.shape(weights)[0]:
+        raise ValueError(
+            f"`means` must be [K, {np.shape(weights)[0]}] (the weights' d), got {np.shape(means)}."
+        )
+    if is_concrete(weights) and not np.any(np.diff(np.asarray(weights), axis=1)):
+        raise ValueError("`weights` must separate the classes: w_1 - w_0 is zero (no margin).")
+    weights, bias, means = (as_jax(a) for a in (weights, bias, means))
     w = weights[:, 1] - weights[:, 0]
     b = bias[1] - bias[0]
     norm = jnp.linalg.norm(w)
@@ -94,6 +141,21 @@ def gaussian_piece(mu, sigma, r) -> jax.Array:
     ``r = 1 / sqrt(gamma)``; ``r = inf`` (``gamma = 0``) gives ``P(u > 0)``. From the first two
     moments of the normal truncated to ``(0, r)``.
     """
+    check_values(mu, "mu")
+    check_values(sigma, "sigma", 0.0, low_open=True)
+    check_values(r, "r", 0.0, low_open=True, finite=False)
+    try:
+        np.broadcast_shapes(np.shape(mu), np.shape(sigma), np.shape(r))
+    except ValueError:
+        raise ValueError(
+            f"`mu` {np.shape(mu)}, `sigma` {np.shape(sigma)} and `r` {np.shape(r)} must broadcast "
+            f"together (elementwise)."
+        ) from None
+    out = _piece(as_array(mu), as_array(sigma), as_array(r))
+    return check_result(out, "gaussian_piece (truncated moments of `mu`, `sigma`)")
+
+
+def _piece(mu, sigma, r):
     a, b = -mu / sigma, (r - mu) / sigma
     pa, pb = (
         jnp.exp(-0.5 * a**2) / jnp.sqrt(2 * jnp.pi),
@@ -123,9 +185,18 @@ def gaussian_client_risks(margin_means: jax.Array, gammas: jax.Array):
     ``gamma`` matter; in a dual ``min_gamma gamma eps + ...`` or a cost ``(lam - adv) / gamma``
     those errors are divided or dominated by ``gamma``.
     """
+    check_values(margin_means, "margin_means", ndim=2)
+    if np.shape(margin_means)[1] != 2:
+        raise ValueError(
+            f"`margin_means` must be [K, 2] (one mean margin per class), got "
+            f"{np.shape(margin_means)}."
+        )
+    check_values(gammas, "gammas", 0.0, ndim=1)
+    margin_means, gammas = as_jax(margin_means), as_jax(gammas)
     mis = ndtr(-margin_means)  # [K, 2]
     g = gammas[None, None, :]
     r = jnp.where(g > 0.0, 1.0 / jnp.sqrt(jnp.where(g > 0.0, g, 1.0)), jnp.inf)
-    piece = gaussian_piece(margin_means[..., None], 1.0, r)
+    piece = _piece(margin_means[..., None], 1.0, r)
     adv = (mis[..., None] + piece).mean(1)
-    return mis.mean(1), jnp.where(gammas[None, :] > 0.0, adv, 1.0)
+    out = mis.mean(1), jnp.where(gammas[None, :] > 0.0, adv, 1.0)
+    return check_result(out, "gaussian_client_risks (truncated moments of `margin_means`)")

@@ -24,8 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-from jaxlab.core.checks import check_choice, check_int, check_positive
-from jaxlab.federated.robust_dkw.fdiv import DIVERGENCES, two_level_weights
+from jaxlab.core.checks import check_int, check_scalar
+from jaxlab.federated.robust_dkw._checks import check_values
+from jaxlab.federated.robust_dkw.fdiv import _check_divergence, two_level_weights
 
 __all__ = [
     "beta_quadrature",
@@ -37,6 +38,20 @@ __all__ = [
 
 BETA = (2.0, 8.0)
 POINTS = 40000
+THETA_MAX = 700.0  # e^{theta r} overflows float64 just above theta = 709 (r <= 1)
+
+
+def _check_beta(beta) -> tuple[float, float]:
+    """``(a, b)``: the Beta law's two shape parameters, finite and ``> 0``."""
+    if isinstance(beta, str) or np.shape(beta) != (2,):
+        raise ValueError(f"`beta` must be a pair (a, b) of Beta parameters, got {beta!r:.60}.")
+    check_values(beta, "beta", 0.0, low_open=True)
+    a, b = (float(v) for v in beta)
+    return a, b
+
+
+def _check_theta(theta) -> None:
+    check_scalar(theta, "theta", -THETA_MAX, THETA_MAX)
 
 
 @functools.cache
@@ -51,8 +66,7 @@ def _quadrature(a: float, b: float, points: int) -> tuple[np.ndarray, np.ndarray
 def beta_quadrature(beta=BETA, points: int = POINTS) -> tuple[np.ndarray, np.ndarray]:
     """``(grid [points], pdf [points])``: the midpoints of ``[0, 1]`` and the Beta density there
     (cached, read-only). ``mean(pdf * h)`` is the midpoint rule for ``E h(R)``."""
-    a, b = (float(v) for v in beta)
-    check_positive(np.array([a, b]), "beta")
+    a, b = _check_beta(beta)
     return _quadrature(a, b, check_int(points, "points", minimum=1))
 
 
@@ -61,7 +75,8 @@ def tilt_divergence(theta: float, divergence: str, beta=BETA, points: int = POIN
 
     KL: ``E_mu[w log w]``; chi2: ``E_mu[(w - 1)^2]``, with ``w = e^{theta R} / E_mu e^{theta R}``.
     """
-    check_choice(divergence, "divergence", DIVERGENCES)
+    _check_divergence(divergence)
+    _check_theta(theta)
     grid, pdf = beta_quadrature(beta, points)
     w = np.exp(theta * grid)
     z = np.mean(pdf * w)
@@ -82,7 +97,11 @@ def tilt_theta(
 ) -> float:
     """``theta`` in ``[0, upper]`` with ``D_f(mu_theta || Beta(a, b)) = eps``, by ``iters``
     bisection steps (``upper`` if even ``theta = upper`` stays below ``eps``)."""
-    check_positive(eps, "eps", strict=False)
+    _check_divergence(divergence)
+    check_scalar(eps, "eps", 0.0)
+    check_scalar(upper, "upper", 0.0, THETA_MAX, low_open=True)
+    check_int(iters, "iters", minimum=1)
+    _check_beta(beta)
     lo, hi = 0.0, float(upper)
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
@@ -92,21 +111,24 @@ def tilt_theta(
 
 def tilt_tail(theta: float, lam, beta=BETA, points: int = POINTS) -> np.ndarray:
     """``P_{mu_theta}[R >= lam]`` at thresholds ``lam [L]``, by quadrature (``1`` for
-    ``lam <= 0``; the mass of the cells whose midpoint is ``>= lam``)."""
+    ``lam <= 0``, ``0`` for ``lam > 1``, else the mass of the cells with midpoint ``>= lam``)."""
+    _check_theta(theta)
+    lam = np.asarray(check_values(lam, "lam"))
     grid, pdf = beta_quadrature(beta, points)
-    lam = np.asarray(lam)
     dens = pdf * np.exp(theta * grid)
     tail = np.cumsum(dens[::-1])[::-1] / dens.sum()
     idx = np.clip(np.searchsorted(grid, lam), 0, len(grid) - 1)
-    return np.where(lam <= 0.0, 1.0, tail[idx])
+    return np.where(lam <= 0.0, 1.0, np.where(lam > 1.0, 0.0, tail[idx]))
 
 
 def two_level_target(eps: float, divergence: str, lam, beta=BETA) -> np.ndarray:
     """Tail ``P_{mu'}[R >= lam]`` of the worst two-level reweighting at the median of
     ``Beta(a, b)`` (weights ``a*`` above, ``b*`` below; ``p = 1/2``): ``a* G(lam)`` at or above
     the median and ``a* / 2 + b* (G(lam) - 1/2)`` below it, ``G`` the source tail."""
-    check_choice(divergence, "divergence", DIVERGENCES)
-    check_positive(eps, "eps", strict=False)
+    _check_divergence(divergence)
+    check_scalar(eps, "eps", 0.0)
+    lam = check_values(lam, "lam")
+    beta = _check_beta(beta)
     a, b = two_level_weights(0.5, eps, 0.0, jnp.inf, divergence)
     a, b = float(a), float(b)
     lam = np.asarray(lam)

@@ -43,11 +43,24 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding
-from jaxlab.core.checks import check_positive, check_probability
-from jaxlab.federated.robust_dkw.dkw import check_losses
+from jaxlab.core.checks import check_int, check_real, check_scalar, is_concrete
+from jaxlab.federated.robust_dkw._checks import (
+    as_jax,
+    check_count,
+    check_labels,
+    check_result,
+    check_values,
+)
+from jaxlab.federated.robust_dkw.dkw import (
+    _check_clients,
+    _check_delta,
+    _check_points,
+    check_losses,
+)
 
 __all__ = [
     "adversarial_risk_ascent",
@@ -62,6 +75,33 @@ __all__ = [
 ]
 
 
+def _dtype(x):
+    """``x``'s dtype without converting a tracer (``object`` when ``x`` is not array-like)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        try:
+            dtype = np.asarray(x).dtype
+        except (TypeError, ValueError):
+            dtype = np.dtype(object)
+    return dtype
+
+
+def _check_linear(weights, bias, x, y) -> None:
+    """A linear classifier ``weights [d, C]`` (``C >= 2``), ``bias [C]`` and samples ``x [..., d]``
+    with integer labels ``y [...]`` in ``0..C-1``."""
+    check_values(weights, "weights", ndim=2)
+    d, c = np.shape(weights)
+    if c < 2:
+        raise ValueError(f"`weights` must be [d, C] with C >= 2 classes, got {np.shape(weights)}.")
+    check_values(bias, "bias")
+    if tuple(np.shape(bias)) != (c,):
+        raise ValueError(f"`bias` must have shape ({c},) (one per class), got {np.shape(bias)}.")
+    check_values(x, "x")
+    if np.ndim(x) < 1 or np.shape(x)[-1] != d:
+        raise ValueError(f"`x` must be [..., {d}] (the weights' d), got shape {np.shape(x)}.")
+    check_labels(y, "y", c, shape=np.shape(x)[:-1])
+
+
 def linear_margins(weights: jax.Array, bias: jax.Array, x: jax.Array, y: jax.Array):
     """Squared distance to misclassification of a linear classifier.
 
@@ -72,6 +112,8 @@ def linear_margins(weights: jax.Array, bias: jax.Array, x: jax.Array, y: jax.Arr
       ``(d2, correct)``, both ``[...]``: ``correct`` is ``s_y > s_c`` for every ``c != y``;
       ``d2 = min_{c != y} (s_y - s_c)^2 / ||w_y - w_c||^2`` where correct, else 0.
     """
+    _check_linear(weights, bias, x, y)
+    weights, bias, x, y = (as_jax(a) for a in (weights, bias, x, y))
     lead = (1,) * (x.ndim - 1)
     s = x @ weights + bias.reshape(lead + (-1,))  # [..., C]
     num_classes = weights.shape[-1]
@@ -89,11 +131,19 @@ def linear_margins(weights: jax.Array, bias: jax.Array, x: jax.Array, y: jax.Arr
 
 def phi_zero_one(gammas: jax.Array, d2: jax.Array, correct: jax.Array) -> jax.Array:
     """``phi_gamma = max(1{misclassified}, 1 - gamma d2)`` for the 0-1 loss: ``[..., G]``."""
+    _check_gamma_grid(gammas)
+    check_values(d2, "d2", 0.0)
+    if _dtype(correct) != np.bool_:
+        raise TypeError(f"`correct` must be a bool array, got dtype {_dtype(correct)}.")
+    if np.shape(correct) != np.shape(d2):
+        raise ValueError(
+            f"`correct` must have the shape of `d2`, {np.shape(d2)}; got {np.shape(correct)}."
+        )
+    gammas, d2, correct = (as_jax(a) for a in (gammas, d2, correct))
     g = gammas.reshape((1,) * d2.ndim + (-1,))
     return jnp.where(correct[..., None], jnp.maximum(0.0, 1.0 - g * d2[..., None]), 1.0)
 
 
-@functools.partial(jax.jit, static_argnames=("mesh",))
 def local_adversarial_risks(
     weights: jax.Array,
     bias: jax.Array,
@@ -117,11 +167,42 @@ def local_adversarial_risks(
       ``(risk [K], adv [K, G])``, both in ``[0, 1]``; ``adv[:, g] >= risk`` and non-increasing in
       ``gamma``.
     """
-    if x.ndim != 3 or y.shape != x.shape[:2] or mask.shape != y.shape:
+    shapes = tuple(np.shape(a) for a in (x, y, mask))
+    if len(shapes[0]) != 3 or shapes[1] != shapes[0][:2] or shapes[2] != shapes[1]:
         raise ValueError(
-            f"`x` must be [K, n, d] with `y` and `mask` [K, n]; got {x.shape}, {y.shape}, "
-            f"{mask.shape}."
+            f"`x` must be [K, n, d] with `y` and `mask` [K, n]; got {shapes[0]}, {shapes[1]}, "
+            f"{shapes[2]}."
         )
+    _check_linear(weights, bias, x, y)
+    _check_mask(mask)
+    _check_gamma_grid(gammas)
+    if mesh is not None:
+        if not isinstance(mesh, Mesh):
+            raise TypeError(
+                f"`mesh` must be a jax.sharding.Mesh or None, got {type(mesh).__name__}."
+            )
+        sharding.check_divisible(shapes[0][0], mesh, "x")
+    return _local_risks(weights, bias, x, y, mask, gammas, mesh)
+
+
+def _check_mask(mask) -> None:
+    """A ``[K, n]`` 0/1 (or bool) mask of real samples, at least one per client where concrete."""
+    if _dtype(mask) != np.bool_:
+        check_real(mask, "mask")
+    if is_concrete(mask):
+        m = np.asarray(jax.device_get(mask))
+        if not np.all((m == 0) | (m == 1)):
+            raise ValueError("`mask` must hold 0/1 (or bool) entries marking the real samples.")
+        empty = np.flatnonzero(m.sum(-1) == 0)
+        if empty.size:
+            raise ValueError(
+                f"`mask` must mark at least one sample per client; clients {empty[:5].tolist()} "
+                f"have none (their risks would be 0 / 0)."
+            )
+
+
+@functools.partial(jax.jit, static_argnames=("mesh",))
+def _local_risks(weights, bias, x, y, mask, gammas, mesh):
     x, y, mask = sharding.constrain_batch((x, y, mask), mesh)
     d2, correct = linear_margins(weights, bias, x, y)
     w = mask.astype(x.dtype)
@@ -129,6 +210,10 @@ def local_adversarial_risks(
     risk = (w * (~correct)).sum(-1) / count
     adv = (w[..., None] * phi_zero_one(gammas, d2, correct)).sum(-2) / count[:, None]
     return sharding.constrain_batch((risk, adv), mesh)
+
+
+# the compiled program's cache, so a test can count retraces through the public entry point
+local_adversarial_risks._cache_size = _local_risks._cache_size
 
 
 def adversarial_risk_ascent(
@@ -152,6 +237,27 @@ def adversarial_risk_ascent(
       loss_fn: ``(x [d], y []) -> loss []``; x: ``[..., d]``; y: ``[...]``.
       bounds: optional box the perturbed input is projected onto.
     """
+    if not callable(loss_fn):
+        raise TypeError(f"`loss_fn` must be a callable (x [d], y []) -> loss, got {loss_fn!r:.60}.")
+    check_values(x, "x")
+    if np.ndim(x) < 1 or np.shape(x)[-1] < 1:
+        raise ValueError(f"`x` must be [..., d] with d >= 1, got shape {np.shape(x)}.")
+    check_real(y, "y")
+    if np.shape(y) != np.shape(x)[:-1]:
+        raise ValueError(
+            f"`y` must have shape {np.shape(x)[:-1]} (x's leading axes), got {np.shape(y)}."
+        )
+    check_scalar(gamma, "gamma", 0.0)
+    check_int(steps, "steps", minimum=0)
+    check_scalar(step_size, "step_size", 0.0, low_open=True)
+    if bounds is not None:
+        if not isinstance(bounds, tuple | list) or len(bounds) != 2:
+            raise ValueError(f"`bounds` must be None or a pair (low, high), got {bounds!r:.60}.")
+        check_values(bounds[0], "bounds[0]", finite=False)
+        check_values(bounds[1], "bounds[1]", finite=False)
+        if is_concrete(bounds) and np.any(np.asarray(bounds[0]) > np.asarray(bounds[1])):
+            raise ValueError(f"`bounds` must have low <= high, got {bounds!r:.60}.")
+    x, y = as_jax(x), as_jax(y)
 
     def one(x0, y0):
         obj = lambda z: loss_fn(z, y0) - gamma * jnp.sum((z - x0) ** 2)  # noqa: E731
@@ -175,16 +281,28 @@ def wasserstein_terms(num_clients: int, num_gammas: int, n_min, delta=0.05):
     """The average-loss bound's finite-sample terms ``(t_G, m_G)`` (module docstring):
     ``t_G = sqrt(log((G + 1) K / (delta / 2)) / (2 n_min))``, ``m_G = sqrt(log(G / (delta / 2)) /
     (2 K))``. The tail bound uses the same ``t_G``."""
+    check_count(num_clients, "num_clients")
+    check_count(num_gammas, "num_gammas")
+    check_count(n_min, "n_min")
+    _check_delta(delta)
     t = jnp.sqrt(jnp.log((num_gammas + 1.0) * num_clients / (delta / 2)) / (2.0 * n_min))
-    return t, jnp.sqrt(jnp.log(num_gammas / (delta / 2)) / (2.0 * num_clients))
+    out = t, jnp.sqrt(jnp.log(num_gammas / (delta / 2)) / (2.0 * num_clients))
+    return check_result(out, "wasserstein_terms: log((`num_gammas` + 1) `num_clients` / `delta`)")
 
 
-def _check_gammas(adv: jax.Array, gammas: jax.Array):
-    if adv.ndim != 2 or gammas.ndim != 1 or adv.shape[1] != gammas.shape[0]:
+def _check_gamma_grid(gammas) -> None:
+    """Multipliers ``[G]``, finite and ``>= 0``."""
+    check_values(gammas, "gammas", 0.0, ndim=1, nonempty=True)
+
+
+def _check_gammas(adv: jax.Array, gammas: jax.Array) -> jax.Array:
+    check_real(gammas, "gammas")
+    if adv.ndim != 2 or np.ndim(gammas) != 1 or adv.shape[1] != np.shape(gammas)[0]:
         raise ValueError(
-            f"`adv` must be [K, G] and `gammas` [G]; got {adv.shape} and {gammas.shape}."
+            f"`adv` must be [K, G] and `gammas` [G]; got {adv.shape} and {np.shape(gammas)}."
         )
-    check_positive(gammas, "gammas", strict=False)
+    _check_gamma_grid(gammas)
+    return jnp.asarray(gammas)
 
 
 def wasserstein_average_bound(adv: jax.Array, gammas: jax.Array, eps, n_min, delta=0.05):
@@ -199,9 +317,10 @@ def wasserstein_average_bound(adv: jax.Array, gammas: jax.Array, eps, n_min, del
       Scalar bound in ``[0, 1]``, non-decreasing in ``eps`` and as ``delta`` shrinks.
     """
     adv = check_losses(adv, "adv", axis=0)
-    _check_gammas(adv, gammas)
-    check_probability(delta, "delta")
-    check_positive(eps, "eps", strict=False)
+    gammas = _check_gammas(adv, gammas)
+    check_scalar(eps, "eps", 0.0)
+    check_count(n_min, "n_min")
+    _check_delta(delta)
     return _average_bound(adv, gammas, eps, n_min, delta)
 
 
@@ -219,6 +338,24 @@ def transport_costs(r_hat: jax.Array, adv_upper: jax.Array, gammas: jax.Array, l
     ``0`` if ``r_hat_k >= lam - t``, else ``max(0, max_{gamma > 0} (lam - adv_upper_k(gamma)) /
     gamma)`` (weak duality with an upper confidence value ``adv_upper`` of the adversarial risk).
     """
+    check_values(r_hat, "r_hat", 0.0, 1.0)
+    check_values(adv_upper, "adv_upper", 0.0, 1.0)
+    _check_gamma_grid(gammas)
+    if np.ndim(adv_upper) < 1 or np.shape(adv_upper)[-1] != np.shape(gammas)[0]:
+        raise ValueError(
+            f"`adv_upper` must be [K, G] with G = len(gammas) = {np.shape(gammas)[0]}, got shape "
+            f"{np.shape(adv_upper)}."
+        )
+    try:
+        np.broadcast_shapes(np.shape(r_hat), np.shape(adv_upper)[:-1])
+    except ValueError:
+        raise ValueError(
+            f"`r_hat` {np.shape(r_hat)} and `adv_upper` {np.shape(adv_upper)} must have the same "
+            f"clients ([K] and [K, G])."
+        ) from None
+    check_values(lam, "lam", ndim=0)
+    check_values(t, "t", 0.0, ndim=0)
+    r_hat, adv_upper, gammas = (as_jax(a) for a in (r_hat, adv_upper, gammas))
     g = gammas.reshape((1,) * (adv_upper.ndim - 1) + (-1,))
     ratio = jnp.where(g > 0.0, (lam - adv_upper) / jnp.where(g > 0.0, g, 1.0), 0.0)
     cost = jnp.maximum(0.0, ratio.max(-1))
@@ -231,6 +368,9 @@ def knapsack_fraction(costs: jax.Array, eps) -> jax.Array:
     Takes the zero-cost clients, then the cheapest until ``K eps`` is spent, the last one
     fractionally; equals ``inf_gamma [gamma eps + mean(max(0, 1 - gamma c))]`` (LP duality).
     """
+    check_values(costs, "costs", 0.0, ndim=1, nonempty=True)
+    check_values(eps, "eps", 0.0, ndim=0)
+    costs = as_jax(costs)
     k = costs.shape[-1]
     c = jnp.sort(costs)
     spent = jnp.cumsum(c)
@@ -247,17 +387,19 @@ def wasserstein_tail_bound(
 ) -> jax.Array:
     """Certified upper bound on ``P_{mu'}[R >= lam]`` over target networks within meta-Wasserstein
     ``eps`` (module docstring): ``[L]`` for thresholds ``lam [L]``, non-increasing in ``lam``."""
-    r_hat = check_losses(r_hat)
+    r_hat = _check_clients(r_hat)
     adv = check_losses(adv, "adv", axis=0)
-    _check_gammas(adv, gammas)
+    gammas = _check_gammas(adv, gammas)
     if r_hat.shape != adv.shape[:1]:
         raise ValueError(
             f"`r_hat` [K] and `adv` [K, G] must have the same clients; got {r_hat.shape} and "
             f"{adv.shape}."
         )
-    check_probability(delta, "delta")
-    check_positive(eps, "eps", strict=False)
-    return _tail_bound(r_hat, adv, gammas, jnp.asarray(lam), eps, n_min, delta)
+    lam = _check_points(lam)
+    check_scalar(eps, "eps", 0.0)
+    check_count(n_min, "n_min")
+    _check_delta(delta)
+    return _tail_bound(r_hat, adv, gammas, lam, eps, n_min, delta)
 
 
 @jax.jit

@@ -20,7 +20,7 @@ Example::
     learner = make_learner(game, config)
     state = jax.jit(learner.init)(jax.random.key(0))
     run = jax.jit(lambda s: scan_steps(learner.step, s, 20))  # 20 x step(state, None)
-    state, metrics = run(state)  # metrics: {"abr_fraction", "mean_abs_u1", "brd"}, each [20]
+    state, metrics = run(state)  # {"abr_fraction", "mean_abs_u1", "brd", "finite"}, each [20]
     l2 = l2_distance(learner.bid_fn(state.params, 0), game.bne()[0], 0.0, 1.0)
 """
 

@@ -53,9 +53,17 @@ import optax
 from flax import struct
 from jax.sharding import Mesh
 
-from jaxlab.core.checks import check_choice, check_int, check_positive
+from jaxlab.core import checks
+from jaxlab.core.checks import (
+    check_bool,
+    check_choice,
+    check_count,
+    check_int,
+    check_ints,
+    check_positive_scalar,
+)
 from jaxlab.core.nn import MLP
-from jaxlab.core.sharding import constrain_batch
+from jaxlab.core.sharding import check_divisible, constrain_batch
 from jaxlab.games.auctions import bne as bne_lib
 from jaxlab.games.auctions.market import (
     binned_kde_market_stats,
@@ -100,23 +108,9 @@ class AuctionGame:
 
     def __post_init__(self):
         check_mechanism(self.mechanism, self.risk_aversion)
-        counts = tuple(
-            check_int(c, "bidders_per_type", minimum=1) for c in tuple(self.bidders_per_type)
-        )
-        ranges = tuple(tuple(r) for r in self.value_ranges)
-        if any(len(r) != 2 for r in ranges):
-            raise ValueError(f"`value_ranges` must be (low, high) pairs, got {self.value_ranges}.")
+        counts, ranges = bne_lib.check_types(self.bidders_per_type, self.value_ranges)
         object.__setattr__(self, "bidders_per_type", counts)  # tuples: hashable, jit-static
         object.__setattr__(self, "value_ranges", ranges)
-        if len(counts) != len(ranges):
-            raise ValueError(
-                f"`bidders_per_type` has {len(counts)} types but `value_ranges` has {len(ranges)}."
-            )
-        if self.n_bidders < 2:
-            raise ValueError(f"`bidders_per_type` needs n >= 2 bidders in all, got {counts}.")
-        for lo, hi in ranges:
-            if not 0.0 <= lo < hi:
-                raise ValueError(f"`value_ranges` needs 0 <= low < high, got ({lo}, {hi}).")
 
     @property
     def n_bidders(self) -> int:
@@ -200,7 +194,7 @@ class LearnerConfig:
                 f"`ante_bidders='all'` needs `estimator='kde'`, got estimator={self.estimator!r}."
             )
         if self.kde_bins_per_bandwidth is not None:
-            check_positive(self.kde_bins_per_bandwidth, "kde_bins_per_bandwidth")
+            check_positive_scalar(self.kde_bins_per_bandwidth, "kde_bins_per_bandwidth")
             if self.estimator != "kde":
                 raise ValueError(
                     "`kde_bins_per_bandwidth` applies to `estimator='kde'`, got "
@@ -208,14 +202,15 @@ class LearnerConfig:
                 )
         check_choice(self.output, "output", ("abs", "relu", "exp"))
         for name in ("learning_rate", "bandwidth", "temperature", "first_order_tol"):
-            check_positive(getattr(self, name), name)
-        check_positive(self.curvature_tol, "curvature_tol", strict=False)
+            check_positive_scalar(getattr(self, name), name)
+        check_positive_scalar(self.curvature_tol, "curvature_tol", strict=False)
         if self.newton_clip is not None:
-            check_positive(self.newton_clip, "newton_clip")
+            check_positive_scalar(self.newton_clip, "newton_clip")
         for name in ("ante_samples", "market_samples", "chunk_size", "forward_batch"):
             check_int(getattr(self, name), name, minimum=1)
         check_int(self.init_steps, "init_steps", minimum=0)
-        hidden = tuple(check_int(h, "hidden", minimum=1) for h in tuple(self.hidden))
+        check_bool(self.piecewise_market, "piecewise_market")
+        hidden = check_ints(self.hidden, "hidden", minimum=1)
         object.__setattr__(self, "hidden", hidden)
         if self.piecewise_market and len(hidden) not in (1, 2):
             raise ValueError(f"`piecewise_market` needs 1 or 2 hidden layers, got hidden={hidden}.")
@@ -238,20 +233,35 @@ class BidNet(nn.Module):
     hidden: tuple[int, ...] = (32, 32)
     output: str = "abs"
 
+    def __post_init__(self):
+        hidden = check_ints(self.hidden, "hidden", minimum=1)
+        object.__setattr__(self, "hidden", hidden)
+        check_choice(self.output, "output", _OUTPUTS)
+        super().__post_init__()
+
     def setup(self):
         self.mlp = MLP((*self.hidden, 1), activation="relu", init_scheme="torch")
         nn.share_scope(self, self.mlp)
 
     def __call__(self, values: jax.Array) -> jax.Array:
-        return bid_activation(self.output, self.raw(values))
+        return _bid_activation(self.output, self.raw(values))
 
     def raw(self, values: jax.Array) -> jax.Array:
         """The MLP's scalar output before the bid activation (piecewise linear in ``v``)."""
+        values = checks.check_array(values, "values", kind="float")
         return self.mlp(values[..., None])[..., 0]
+
+
+_OUTPUTS = ("abs", "relu", "exp")
 
 
 def bid_activation(output: str, x: jax.Array) -> jax.Array:
     """``abs``, ``relu`` or ``exp`` of the raw network output (bids >= 0)."""
+    check_choice(output, "output", _OUTPUTS)
+    return _bid_activation(output, checks.check_array(x, "x", kind="float"))
+
+
+def _bid_activation(output: str, x: jax.Array) -> jax.Array:
     if output == "abs":
         return jnp.abs(x)
     if output == "relu":
@@ -279,8 +289,12 @@ def bid_knots(net: BidNet, params: dict, lower: float, upper: float) -> tuple[ja
     Returns:
       ``(knots [K], raw [K])``.
     """
+    if not isinstance(net, BidNet):
+        raise TypeError(f"`net` must be a BidNet, got {type(net).__name__}.")
     if len(net.hidden) not in (1, 2):
         raise ValueError(f"`bid_knots` needs 1 or 2 hidden layers, got hidden={net.hidden}.")
+    _check_type_params(net, params)
+    bne_lib._check_support(lower, upper)
     layers = params["params"]
     w1, b1 = layers["Dense_0"]["kernel"][0], layers["Dense_0"]["bias"]
 
@@ -302,6 +316,28 @@ def bid_knots(net: BidNet, params: dict, lower: float, upper: float) -> tuple[ja
     return knots, net.apply(params, knots, method=BidNet.raw)
 
 
+def _check_type_params(net: BidNet, params) -> None:
+    """``params`` must be one type's (unstacked) parameters of ``net``."""
+    widths = (*net.hidden, 1)
+    try:
+        layers = params["params"]
+        shapes = [np.shape(layers[f"Dense_{i}"]["kernel"]) for i in range(len(widths))]
+        biases = [np.shape(layers[f"Dense_{i}"]["bias"]) for i in range(len(widths))]
+    except (KeyError, TypeError, IndexError):
+        raise ValueError(
+            "`params` must be one type's BidNet parameters {'params': {'Dense_0': {'kernel', "
+            f"'bias'}}, ...}} for hidden={net.hidden}, got {type(params).__name__}."
+        ) from None
+    want = [(i, o) for i, o in zip((1, *net.hidden), widths, strict=True)]
+    if shapes != want or biases != [(o,) for o in widths]:
+        raise ValueError(
+            f"`params` must be one type's parameters for hidden={net.hidden} (kernels {want}), "
+            f"got kernels {shapes} (stacked over types? pass params of one type)."
+        )
+    for leaf in jax.tree_util.tree_leaves(params):
+        checks.check_array(leaf, "params")
+
+
 def eval_knots(knots: jax.Array, raw: jax.Array, values: jax.Array, cells: int = 2048) -> jax.Array:
     """Linear interpolation of ``raw`` at ``knots`` (from :func:`bid_knots`): the raw output.
 
@@ -318,9 +354,30 @@ def eval_knots(knots: jax.Array, raw: jax.Array, values: jax.Array, cells: int =
     Args:
       knots: ``[K]`` sorted breakpoints, ``K >= 2``, ``knots[0] < knots[-1]``.
       raw: ``[K]`` the raw output at the knots.
-      values: any shape.
+      values: any shape, in ``[knots[0], knots[-1]]`` (checked where concrete).
       cells: static table size (time only, not the result).
     """
+    knots = checks.check_array(knots, "knots", ndim=1, dims="[K]", kind="float")
+    if knots.shape[0] < 2:
+        raise ValueError(f"`knots` must hold K >= 2 breakpoints, got shape {knots.shape}.")
+    raw = checks.check_array(raw, "raw", shape=knots.shape, dims="[K]", kind="float")
+    values = checks.check_array(values, "values", kind="float")
+    check_int(cells, "cells", minimum=1)
+    if checks.is_concrete(knots):
+        k = np.asarray(jax.device_get(knots))
+        if np.any(np.diff(k) < 0) or not k[0] < k[-1]:
+            raise ValueError(
+                f"`knots` must be sorted ascending with knots[0] < knots[-1], got {k[:6]}..."
+            )
+        if checks.is_concrete(values):
+            v = np.asarray(jax.device_get(values))
+            tol = 1e-6 * max(1.0, float(np.abs(k).max()))
+            if v.size and (v.min() < k[0] - tol or v.max() > k[-1] + tol):
+                raise ValueError(
+                    f"`values` must lie in [knots[0], knots[-1]] = [{k[0]:.4g}, {k[-1]:.4g}] "
+                    f"(the interpolation is exact there only); got [{v.min():.4g}, "
+                    f"{v.max():.4g}]."
+                )
     n = knots.shape[0]
     lo, hi = knots[0], knots[-1]
     scale = cells / (hi - lo)
@@ -390,6 +447,11 @@ class Learner(NamedTuple):
     net: BidNet
 
 
+def _all_finite(*trees) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(trees)
+    return functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(x)) for x in leaves])
+
+
 def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = None) -> Learner:
     """Build the pure ``init``/``step`` pair (and helpers) for ``game`` under ``config``.
 
@@ -402,12 +464,22 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
     Returns:
       A :class:`Learner`: ``init(key) -> state``; ``step(state, x=None) -> (state, metrics)``
       (``x`` is unused: every step draws its own samples) with metrics ``abr_fraction`` (share of
-      samples under the Newton gradient), ``mean_abs_u1`` and ``brd`` (mean ``1/2 (u'/u'')^2``
-      over gated samples); ``estimate(params, key, step)`` (the bid-space estimate, rows per
-      type or, with ``ante_bidders="all"``, per bidder);
+      samples under the Newton gradient), ``mean_abs_u1``, ``brd`` (mean ``1/2 (u'/u'')^2``
+      over gated samples) and ``finite`` (``False`` once a derivative or the new parameters
+      hold a NaN / inf: the other metrics of that step are then not valid);
+      ``estimate(params, key, step)`` (the bid-space estimate, rows per type or, with
+      ``ante_bidders="all"``, per bidder);
       ``gradient(params, key, step) -> (param_grads, estimate)``; ``bid_fn(params, type)``;
       ``sample_market(params, key) -> [T, S_j]``.
     """
+    if not isinstance(game, AuctionGame):
+        raise TypeError(f"`game` must be an AuctionGame, got {type(game).__name__}.")
+    if not isinstance(config, LearnerConfig):
+        raise TypeError(f"`config` must be a LearnerConfig, got {type(config).__name__}.")
+    if mesh is not None and not isinstance(mesh, Mesh):
+        raise TypeError(f"`mesh` must be a jax.sharding.Mesh or None, got {type(mesh).__name__}.")
+    if mesh is not None:
+        check_divisible(config.ante_samples, mesh, "ante_samples")
     net = BidNet(hidden=config.hidden, output=config.output)
     n_types, counts = game.n_types, game.bidders_per_type
     lows = jnp.array([lo for lo, _ in game.value_ranges], jnp.float32)
@@ -429,13 +501,65 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         return jax.tree_util.tree_map(lambda p: p[t], params)
 
     def bid_fn(params, t):
+        check_params(params)
+        check_type(t)
         return lambda v: net.apply(type_params(params, t), v)
 
-    def init(key: jax.Array) -> LearnerState:
+    def _init(key: jax.Array) -> LearnerState:
         k_init, k_run = jax.random.split(key)
         keys = jax.random.split(k_init, n_types)
         params = jax.vmap(lambda k: net.init(k, jnp.zeros((1,))))(keys)
         return LearnerState(params, optimizer.init(params), k_run, jnp.zeros((), jnp.int32))
+
+    def init(key: jax.Array) -> LearnerState:
+        return _init(checks.check_key(key, "key"))
+
+    expected = []  # the state's abstract shapes, built on first use
+
+    def expected_state() -> LearnerState:
+        if not expected:
+            expected.append(jax.eval_shape(lambda: _init(jax.random.key(0))))
+        return expected[0]
+
+    def check_params(params, name: str = "params") -> None:
+        """``params`` must be this learner's (stacked over types) parameters."""
+        want = expected_state().params
+        want_tree, want_leaves = jax.tree_util.tree_structure(want), jax.tree_util.tree_leaves(want)
+        try:
+            ok = jax.tree_util.tree_structure(params) == want_tree
+        except Exception:  # noqa: BLE001  any non-pytree
+            ok = False
+        shapes = [np.shape(x) for x in jax.tree_util.tree_leaves(params)] if ok else None
+        if not ok or shapes != [w.shape for w in want_leaves]:
+            kind = type(params).__name__
+            got = f"kernels {shapes[1::2]}" if ok else f"another structure ({kind})"
+            raise ValueError(
+                f"`{name}` must be this learner's parameters ({n_types} type(s), "
+                f"hidden={config.hidden}: kernels {[w.shape for w in want_leaves][1::2]}); got "
+                f"{got} (built for another game or network?)."
+            )
+        for leaf in jax.tree_util.tree_leaves(params):
+            checks.check_array(leaf, name)
+
+    def check_step(step):
+        return check_count(step, "step", 0)
+
+    def check_type(t):
+        t = check_count(t, "t", 0)
+        if checks.is_concrete(t) and int(t) >= n_types:
+            raise ValueError(f"`t` must be a bidder type in [0, {n_types}), got {int(t)}.")
+        return t
+
+    def check_state(state):
+        if not isinstance(state, LearnerState):
+            raise TypeError(
+                f"`state` must be a LearnerState (from init), got {type(state).__name__}."
+            )
+        check_params(state.params, "state.params")
+        checks.check_same_tree(state.opt_state, "state.opt_state", expected_state().opt_state,
+                               "this learner's optax.sgd state")  # fmt: skip
+        checks.check_key(state.key, "state.key")
+        check_count(state.step, "state.step", 0)
 
     def all_bids(params, key, n_samples):
         """Values and bids of all n bidders: ``[S, N]`` each (types via their own network)."""
@@ -474,7 +598,8 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
 
     def sample_market(params, key):
         """Market price (highest opposing bid) for each type: ``[T, S_j]``."""
-        return jnp.max(market_bids(params, key), axis=-1)
+        check_params(params)
+        return jnp.max(market_bids(params, checks.check_key(key, "key")), axis=-1)
 
     grid_size = None
     if config.kde_bins_per_bandwidth is not None:  # spacing h / r over the value span
@@ -523,6 +648,10 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
         return params if config.ante_bidders == "representative" else gather_bidders(params)
 
     def estimate(params, key, step) -> GradientEstimate:
+        check_params(params)
+        return _estimate(params, checks.check_key(key, "key"), check_step(step))
+
+    def _estimate(params, key, step) -> GradientEstimate:
         k_market, k_ante = jax.random.split(key)
         values = ante_values(k_ante)
         bids = jax.vmap(net.apply)(row_params(jax.lax.stop_gradient(params)), values)
@@ -556,7 +685,11 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
 
     def gradient(params, key, step) -> tuple[dict, GradientEstimate]:
         """Parameter gradient: back-propagate ``share_t * mean_i dL/db`` through the network."""
-        est = estimate(params, key, step)
+        check_params(params)
+        return _gradient(params, checks.check_key(key, "key"), check_step(step))
+
+    def _gradient(params, key, step) -> tuple[dict, GradientEstimate]:
+        est = _estimate(params, key, step)
         if config.ante_bidders == "all":  # the mean over all n S_i bid samples (official)
             scale = jnp.full((game.n_bidders, 1), 1.0 / (game.n_bidders * config.ante_samples))
         else:  # the type's share of bidders times its mean: the same expectation
@@ -570,8 +703,9 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
 
     def step(state: LearnerState, x=None) -> tuple[LearnerState, dict]:
         del x  # no per-step input: the samples come from fold_in(state.key, state.step)
+        check_state(state)
         key = jax.random.fold_in(state.key, state.step)
-        grads, est = gradient(state.params, key, state.step)
+        grads, est = _gradient(state.params, key, state.step)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         n_gated = jnp.maximum(jnp.sum(est.gate), 1)
@@ -579,6 +713,9 @@ def make_learner(game: AuctionGame, config: LearnerConfig, mesh: Mesh | None = N
             "abr_fraction": jnp.mean(est.gate),
             "mean_abs_u1": jnp.mean(jnp.abs(est.u1)),
             "brd": jnp.sum(jnp.where(est.gate, 0.5 * est.bid_grad**2, 0.0)) / n_gated,
+            # a NaN / inf derivative closes the gate (and zeroes ``brd``): flag it, with the
+            # parameters it produced
+            "finite": _all_finite(est.u1, est.u2, params),
         }
         return LearnerState(params, opt_state, state.key, state.step + 1), metrics
 

@@ -22,8 +22,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from jaxlab.games.auctions.mechanisms import check_mechanism, smoothed_ex_post_utility
+from jaxlab.core import checks
+from jaxlab.core.checks import (
+    check_callable,
+    check_ints,
+    check_positive_scalar,
+    check_static_float,
+)
+from jaxlab.games.auctions.mechanisms import _smoothed_ex_post_utility, check_mechanism
 
 __all__ = [
     "binned_kde_market_stats",
@@ -42,11 +50,25 @@ def chunked_sample_mean(fn: Callable[[Any, jax.Array], Any], samples: Any, chunk
     Args:
       fn: ``fn(chunk, mask) -> pytree of sums`` over one chunk; ``chunk`` has the leaves of
         ``samples`` cut to ``[K]`` and ``mask: [K]`` (float) zeroes padded entries.
-      samples: pytree of ``[S]`` arrays (the sample axis first).
+      samples: pytree of ``[S, ...]`` real arrays (the sample axis first, ``S >= 1``; no NaN /
+        inf).
       chunk_size: ``K``, the most samples evaluated at once.
     """
-    if chunk_size < 1:
-        raise ValueError(f"`chunk_size` must be >= 1, got {chunk_size}.")
+    check_callable(fn, "fn")
+    checks.check_int(chunk_size, "chunk_size", minimum=1)
+    leaves = jax.tree_util.tree_leaves(samples)
+    if not leaves:
+        raise ValueError("`samples` must hold at least one array, got an empty pytree.")
+    sizes = {np.shape(x)[0] if np.ndim(x) else None for x in leaves}
+    if None in sizes or len(sizes) != 1 or 0 in sizes:
+        shapes = [np.shape(x) for x in leaves]
+        raise ValueError(
+            f"`samples` must be arrays sharing a leading sample axis of size >= 1, got shapes "
+            f"{shapes}."
+        )
+    for x in leaves:
+        checks.check_finite(x, "samples")  # real numbers, no NaN / inf where concrete
+    samples = jax.tree_util.tree_map(jnp.asarray, samples)
     leaves = jax.tree_util.tree_leaves(samples)
     n = leaves[0].shape[0]
     k = min(chunk_size, n)
@@ -88,7 +110,8 @@ def kde_market_stats(
     Returns:
       ``(G, g, dg)``, each ``[B]``.
     """
-    _check_kde_args(bids, market, bandwidth)
+    bids, market = _check_kde_args(bids, market, bandwidth)
+    checks.check_int(chunk_size, "chunk_size", minimum=1)
     market = jax.lax.stop_gradient(market)
     return _weighted_kde(bids, market, jnp.ones_like(market), bandwidth, chunk_size, market.size)
 
@@ -135,13 +158,12 @@ def binned_kde_market_stats(
     Returns:
       ``(G, g, dg)``, each ``[B]``.
     """
-    _check_kde_args(bids, market, bandwidth)
-    if grid_size < 2:
-        raise ValueError(f"`grid_size` must be >= 2, got {grid_size}.")
-    if not bins_per_bandwidth > 0:
-        raise ValueError(f"`bins_per_bandwidth` must be > 0, got {bins_per_bandwidth}.")
-    if reach is not None and not reach > 0:
-        raise ValueError(f"`reach` must be > 0 or None, got {reach}.")
+    bids, market = _check_kde_args(bids, market, bandwidth)
+    checks.check_int(grid_size, "grid_size", minimum=2)
+    check_static_float(bins_per_bandwidth, "bins_per_bandwidth", 0.0, low_open=True)
+    checks.check_int(chunk_size, "chunk_size", minimum=1)
+    if reach is not None:
+        check_static_float(reach, "reach", 0.0, low_open=True)
     market = jax.lax.stop_gradient(market)
     lo, hi = jnp.min(market), jnp.max(market)
     spacing = jnp.maximum(bandwidth / bins_per_bandwidth, (hi - lo) / (grid_size - 1))
@@ -179,12 +201,13 @@ def _windowed_kde(bids, lo, spacing, weights, bandwidth, half, total):
 
 
 def _check_kde_args(bids, market, bandwidth):
-    if bids.ndim != 1 or market.ndim != 1:
-        raise ValueError(
-            f"`bids` and `market` must be 1-D, got shapes {bids.shape} and {market.shape}."
-        )
-    if not bandwidth > 0:
-        raise ValueError(f"`bandwidth` must be > 0, got {bandwidth}.")
+    """``(bids [B], market [S])`` as float arrays (``S >= 1``, no NaN / inf where concrete)."""
+    bids = checks.check_array(bids, "bids", ndim=1, dims="[B]", kind="float")
+    market = checks.check_array(market, "market", ndim=1, dims="[S]", kind="float")
+    if market.shape[0] < 1:
+        raise ValueError("`market` must hold at least one sample, got shape (0,).")
+    check_positive_scalar(bandwidth, "bandwidth")
+    return bids, market
 
 
 def _kernel_terms(z, bandwidth):
@@ -241,12 +264,13 @@ def product_market_stats(
     Returns:
       ``(G, g, dg)``, each ``[B]``.
     """
+    counts = check_ints(counts, "counts", minimum=1)
+    bids = checks.check_array(bids, "bids", ndim=1, dims="[B]", kind="float")
+    opponent_bids = checks.check_array(opponent_bids, "opponent_bids", kind="float")
     if opponent_bids.ndim != 2 or opponent_bids.shape[0] != len(counts):
         raise ValueError(
             f"`opponent_bids` must be [len(counts)={len(counts)}, S], got {opponent_bids.shape}."
         )
-    if any(c < 1 for c in counts):
-        raise ValueError(f"`counts` must all be >= 1, got {counts}.")
     G, g, dg = jnp.ones_like(bids), jnp.zeros_like(bids), jnp.zeros_like(bids)
     for s, c in enumerate(counts):
         H, h, dh = kde_market_stats(bids, opponent_bids[s], bandwidth, chunk_size)
@@ -282,14 +306,22 @@ def smoothed_derivatives(
       ``(u1, u2)``, each ``[B]``.
     """
     check_mechanism(mechanism, risk_aversion)
-    if not temperature > 0:
-        raise ValueError(f"`temperature` must be > 0, got {temperature}.")
+    check_positive_scalar(temperature, "temperature")
+    bids = checks.check_array(bids, "bids", ndim=1, dims="[B]", kind="float")
+    values = checks.check_array(values, "values", shape=bids.shape, dims="[B]", kind="float")
+    soft_max_others = checks.check_array(soft_max_others, "soft_max_others", ndim=1, dims="[S]",
+                                         kind="float")  # fmt: skip
+    if soft_max_others.shape[0] < 1:
+        raise ValueError("`soft_max_others` must hold at least one market sample, got none.")
+    max_others = checks.check_array(max_others, "max_others", shape=soft_max_others.shape,
+                                    dims="[S]", kind="float")  # fmt: skip
+    checks.check_int(chunk_size, "chunk_size", minimum=1)
 
     def sums(market, mask):
         soft, hard = market
 
         def total(b, v):
-            ex_post = smoothed_ex_post_utility(
+            ex_post = _smoothed_ex_post_utility(
                 mechanism, b, v, soft, hard, temperature, risk_aversion
             )
             return jnp.sum(ex_post * mask)

@@ -30,6 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core import checks
+from jaxlab.core.checks import check_callable, check_static_float
+
 MECHANISMS = ("fp", "sp", "allpay")
 
 __all__ = [
@@ -43,18 +46,25 @@ __all__ = [
 
 
 def check_mechanism(mechanism: str, risk_aversion: float = 1.0) -> None:
-    """Raise ``ValueError`` naming the argument for an unknown mechanism or a bad CRRA ``rho``."""
-    if mechanism not in MECHANISMS:
+    """Raise ``ValueError`` naming the argument for an unknown mechanism or a bad CRRA ``rho``
+    (a concrete number in ``(0, 1]``; ``TypeError`` for a bool, string or traced value)."""
+    if not isinstance(mechanism, str) or mechanism not in MECHANISMS:
         raise ValueError(f"`mechanism` must be one of {MECHANISMS}, got {mechanism!r}.")
-    if not 0.0 < risk_aversion <= 1.0:
-        raise ValueError(f"`risk_aversion` (CRRA rho) must be in (0, 1], got {risk_aversion}.")
+    check_static_float(risk_aversion, "risk_aversion", 0.0, 1.0, low_open=True)
 
 
 def crra(z: jax.Array, rho: float) -> tuple[jax.Array, jax.Array, jax.Array]:
     """CRRA utility of a payoff and its first two derivatives: ``(U(z), U'(z), U''(z))``.
 
-    ``U(z) = z^rho`` for ``z > 0`` and ``z`` for ``z <= 0``; ``rho = 1`` is risk neutral.
+    ``U(z) = z^rho`` for ``z > 0`` and ``z`` for ``z <= 0``; ``rho = 1`` is risk neutral (a
+    concrete number in ``(0, 1]``).
     """
+    z = checks.check_array(z, "z", kind="float")
+    check_static_float(rho, "rho", 0.0, 1.0, low_open=True)
+    return _crra(z, rho)
+
+
+def _crra(z, rho):
     if rho == 1.0:
         return z, jnp.ones_like(z), jnp.zeros_like(z)
     positive = z > 0
@@ -63,6 +73,16 @@ def crra(z: jax.Array, rho: float) -> tuple[jax.Array, jax.Array, jax.Array]:
     du = jnp.where(positive, rho * zp ** (rho - 1.0), 1.0)
     d2u = jnp.where(positive, rho * (rho - 1.0) * zp ** (rho - 2.0), 0.0)
     return u, du, d2u
+
+
+_TOL = 1e-5  # float rounding allowed on a CDF in [0, 1] and a density >= 0
+
+
+def _nonneg(x, name: str, what: str = "nonnegative") -> None:
+    if checks.is_concrete(x):
+        a = np.asarray(jax.device_get(x))
+        if np.any(a < -_TOL):
+            raise ValueError(f"`{name}` must be {what}; got min {float(np.min(a)):.4g}.")
 
 
 def interim_derivatives(
@@ -78,15 +98,29 @@ def interim_derivatives(
 
     Args:
       mechanism: ``"fp"``, ``"sp"`` or ``"allpay"`` (static).
-      bids, values: ``[...]`` bids ``b`` and values ``v`` (same shape).
-      cdf, pdf, dpdf: ``G(b), g(b), g'(b)``, shaped like ``bids``.
+      bids, values: ``[...]`` bids ``b >= 0`` and values ``v >= 0`` (same shape).
+      cdf, pdf, dpdf: ``G(b)`` in ``[0, 1]``, ``g(b) >= 0``, ``g'(b)``, shaped like ``bids``.
       risk_aversion: CRRA ``rho`` in (0, 1] (static); 1 is risk neutral.
 
     Returns:
       ``(u1, u2)``, each shaped like ``bids``.
     """
     check_mechanism(mechanism, risk_aversion)
-    u, du, d2u = crra(values - bids, risk_aversion)
+    bids = checks.check_array(bids, "bids", kind="float")
+    shape = bids.shape
+    values, cdf, pdf, dpdf = (
+        checks.check_array(x, name, shape=shape, kind="float")
+        for x, name in ((values, "values"), (cdf, "cdf"), (pdf, "pdf"), (dpdf, "dpdf"))
+    )
+    _nonneg(bids, "bids")
+    _nonneg(values, "values")
+    _nonneg(pdf, "pdf")
+    checks.check_in_range(cdf, "cdf", -_TOL, 1.0 + _TOL)
+    return _interim_derivatives(mechanism, bids, values, cdf, pdf, dpdf, risk_aversion)
+
+
+def _interim_derivatives(mechanism, bids, values, cdf, pdf, dpdf, risk_aversion=1.0):
+    u, du, d2u = _crra(values - bids, risk_aversion)
     if mechanism == "fp":
         return u * pdf - du * cdf, u * dpdf - 2.0 * du * pdf + d2u * cdf
     if mechanism == "sp":
@@ -96,6 +130,14 @@ def interim_derivatives(
         pdf * (u + bids) - du * cdf - (1.0 - cdf),
         dpdf * (u + bids) + 2.0 * pdf * (1.0 - du) + d2u * cdf,
     )
+
+
+def _scalar_bid_value(bid, value):
+    bid = checks.check_array(bid, "bid", ndim=0, kind="float")
+    value = checks.check_array(value, "value", ndim=0, kind="float")
+    _nonneg(bid, "bid")
+    _nonneg(value, "value")
+    return bid, value
 
 
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(128)
@@ -116,7 +158,10 @@ def interim_utility(
     :func:`interim_derivatives` against ``jax.grad`` and to evaluate strategies exactly.
     """
     check_mechanism(mechanism, risk_aversion)
-    U = lambda z: crra(z, risk_aversion)[0]
+    bid, value = _scalar_bid_value(bid, value)
+    check_callable(market_cdf, "market_cdf")
+    check_callable(market_pdf, "market_pdf")
+    U = lambda z: _crra(z, risk_aversion)[0]
     if mechanism == "fp":
         return U(value - bid) * market_cdf(bid)
     if mechanism == "sp":
@@ -152,7 +197,21 @@ def smoothed_ex_post_utility(
     Returns:
       ``[S]`` smoothed ex-post utility per market sample.
     """
-    U = lambda z: crra(z, risk_aversion)[0]
+    check_mechanism(mechanism, risk_aversion)
+    bid, value = _scalar_bid_value(bid, value)
+    soft_max_others = checks.check_array(soft_max_others, "soft_max_others", ndim=1, kind="float")
+    max_others = checks.check_array(max_others, "max_others", shape=soft_max_others.shape,
+                                    dims="[S]", kind="float")  # fmt: skip
+    checks.check_scalar(temperature, "temperature", 0.0, low_open=True)
+    return _smoothed_ex_post_utility(
+        mechanism, bid, value, soft_max_others, max_others, temperature, risk_aversion
+    )
+
+
+def _smoothed_ex_post_utility(
+    mechanism, bid, value, soft_max_others, max_others, temperature, risk_aversion=1.0
+):
+    U = lambda z: _crra(z, risk_aversion)[0]
     alloc = jax.nn.sigmoid((bid - soft_max_others) / temperature)
     if mechanism == "fp":
         ex_post = alloc * U(value - bid)

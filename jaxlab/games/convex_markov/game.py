@@ -27,6 +27,7 @@ gives the same numbers (tested). Every function here is per game; ``jax.vmap`` b
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -34,12 +35,22 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core import checks
+from jaxlab.core.checks import (
+    check_bool,
+    check_callable,
+    check_count,
+    check_distribution,
+    check_float_dtype,
+)
 from jaxlab.games.convex_markov.mdp import (
-    check_mdp,
-    greedy_policy,
-    occupancy,
-    policy_gradient,
-    value_iteration,
+    _check_gamma,
+    _check_kernel,
+    _greedy_policy,
+    _kernel,
+    _occupancy,
+    _policy_gradient,
+    _value_iteration,
 )
 
 __all__ = [
@@ -81,18 +92,92 @@ class FactoredGame(NamedTuple):
     gamma: jax.Array
 
 
+def _check_game(game, lead: tuple[int, ...] = (), name: str = "game") -> tuple[int, int, int, int]:
+    """Shapes and dtypes of every field (always), values where concrete; ``lead`` is the batch
+    shape in front of every field (``(G,)`` for a stack of games). Returns ``(S1, A, S2, B)``."""
+    if not isinstance(game, FactoredGame):
+        raise TypeError(
+            f"`{name}` must be a FactoredGame (e.g. from random_factored_game), got "
+            f"{type(game).__name__}."
+        )
+    for field in FactoredGame._fields:
+        checks.check_real(getattr(game, field), field)
+    k = len(lead)
+    batch = "" if not k else f"{list(lead)} + "
+    dims = {}
+    for p, rho, (n, m) in (("p1", "rho1", ("S1", "A")), ("p2", "rho2", ("S2", "B"))):
+        shape = tuple(np.shape(getattr(game, p)))
+        if len(shape) != k + 3 or shape[:k] != lead or shape[k] != shape[k + 2] or 0 in shape:
+            raise ValueError(
+                f"`{p}` must have shape {batch}[{n}, {m}, {n}] with {n}, {m} >= 1, got {shape}."
+            )
+        dims[n], dims[m] = shape[k], shape[k + 1]
+        checks.check_shape(getattr(game, rho), rho, (*lead, dims[n]), f"{batch}[{n}]")
+    s1, a, s2, b = dims["S1"], dims["A"], dims["S2"], dims["B"]
+    checks.check_shape(game.payoff, "payoff", (*lead, s1, a, s2, b), f"{batch}[S1, A, S2, B]")
+    checks.check_shape(game.tau1, "tau1", (*lead, s1, a), f"{batch}[S1, A]")
+    for field in ("kappa", "gamma"):
+        got = np.shape(getattr(game, field))
+        if got != lead:
+            want = "a scalar" if not k else f"shape {lead}"
+            raise ValueError(f"`{field}` must be {want}, got shape {got}.")
+    if checks.is_concrete(game):
+        host = FactoredGame(*(np.asarray(leaf) for leaf in jax.device_get(tuple(game))))
+        for field in FactoredGame._fields:
+            checks.check_finite(getattr(host, field), field)
+        _check_kernel(host.p1, host.rho1, "p1", 1e-6)
+        _check_kernel(host.p2, host.rho2, "p2", 1e-6)
+        if k:
+            checks.check_in_range(host.gamma, "gamma", 0.0, 1.0, low_open=True, high_open=True)
+        else:
+            _check_gamma(host.gamma)
+        checks.check_in_range(host.kappa, "kappa", 0.0)
+    return s1, a, s2, b
+
+
 def check_game(game: FactoredGame) -> None:
-    """Raise ``ValueError`` naming the bad field of a single (unbatched) game."""
-    check_mdp(game.p1, game.rho1, game.gamma, "p1")
-    check_mdp(game.p2, game.rho2, game.gamma, "p2")
-    s1, a = np.shape(game.p1)[:2]
-    s2, b = np.shape(game.p2)[:2]
-    if np.shape(game.payoff) != (s1, a, s2, b):
-        raise ValueError(f"`payoff` must have shape {(s1, a, s2, b)}, got {np.shape(game.payoff)}.")
-    if np.shape(game.tau1) != (s1, a):
-        raise ValueError(f"`tau1` must have shape {(s1, a)}, got {np.shape(game.tau1)}.")
-    if np.ndim(game.kappa) != 0 or float(game.kappa) < 0:
-        raise ValueError(f"`kappa` must be a nonnegative scalar, got {game.kappa}.")
+    """Raise ``ValueError`` naming the bad field of a single (unbatched) game (``TypeError`` for
+    a wrong type or dtype). Shapes and dtypes are checked always, values (transition rows and
+    ``rho`` on the simplex, ``gamma`` in ``(0, 1)``, ``kappa >= 0``, no NaN / inf) where
+    concrete."""
+    _check_game(game)
+
+
+def _as_game(game, lead: tuple[int, ...] = (), name: str = "game") -> FactoredGame:
+    """:func:`_check_game`, then every field as a float array (float fields unchanged)."""
+    _check_game(game, lead, name)
+    pay = game.payoff
+    dtype = getattr(pay, "dtype", None) or np.asarray(pay).dtype
+    dtype = dtype if jnp.issubdtype(dtype, jnp.floating) else jnp.result_type(float)
+
+    def as_float(x):
+        if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jnp.floating):
+            return x  # tracers included: unchanged
+        if isinstance(x, jax.Array):
+            return x.astype(dtype)
+        a = np.asarray(x)
+        return jnp.asarray(a) if np.issubdtype(a.dtype, np.floating) else jnp.asarray(a, dtype)
+
+    return FactoredGame(*(as_float(leaf) for leaf in game))
+
+
+def _game_policies(game, x, y):
+    """The checked game (float fields) and the policies ``x [S1, A]``, ``y [S2, B]``."""
+    game = _as_game(game)
+    (s1, a, _), (s2, b, _) = game.p1.shape, game.p2.shape
+    return (
+        game,
+        check_distribution(x, "x", (s1, a), "[S1, A]"),
+        check_distribution(y, "y", (s2, b), "[S2, B]"),
+    )
+
+
+def _check_epsilon(epsilon):
+    return checks.check_scalar(epsilon, "epsilon", 0.0, 1.0)
+
+
+def _check_mu(mu):
+    return checks.check_scalar(mu, "mu", 0.0)
 
 
 def _random_mdp(key, n_states: int, n_actions: int, concentration: float, dtype):
@@ -108,6 +193,13 @@ def random_factored_game(
     ``rho``, ``C_ij ~ U[-1, 1]``, ``tau_1`` the occupancy of a uniformly random policy of ``M1``;
     both players have ``n_states`` states and ``n_actions`` actions. ``dtype`` defaults to JAX's
     float (float64 under ``jax.enable_x64``)."""
+    key = checks.check_key(key, "key")
+    checks.check_int(n_states, "n_states", minimum=1)
+    checks.check_int(n_actions, "n_actions", minimum=1)
+    _check_gamma(gamma)
+    checks.check_scalar(kappa, "kappa", 0.0)
+    checks.check_scalar(concentration, "concentration", 0.0, low_open=True)
+    check_float_dtype(dtype)
     dtype = jnp.result_type(float) if dtype is None else dtype
     k1, k2, k3, k4 = jax.random.split(key, 4)
     p1, rho1 = _random_mdp(k1, n_states, n_actions, concentration, dtype)
@@ -115,14 +207,17 @@ def random_factored_game(
     payoff = jax.random.uniform(k3, (n_states, n_actions, n_states, n_actions), dtype, -1.0, 1.0)
     ref = jax.random.dirichlet(k4, jnp.ones(n_actions), (n_states,)).astype(dtype)
     g = jnp.asarray(gamma, dtype)
-    return FactoredGame(p1, rho1, p2, rho2, payoff, occupancy(p1, rho1, ref, g),
+    return FactoredGame(p1, rho1, p2, rho2, payoff, _occupancy(p1, rho1, ref, g),
                         jnp.asarray(kappa, dtype), g)  # fmt: skip
 
 
 def rock_paper_scissors(gamma: float = 0.5, dtype=None) -> FactoredGame:
     """Single-state rock-paper-scissors: ``U = x^T C y`` with the antisymmetric win matrix
     (``C[i, j] = +1`` when ``y``'s action ``j`` beats ``x``'s ``i``). The unique equilibrium is
-    uniform, and ``Gap = max_j (x^T C)_j - min_i (C y)_i``. ``gamma`` is immaterial."""
+    uniform, and ``Gap = max_j (x^T C)_j - min_i (C y)_i``. ``gamma`` (in ``(0, 1)``) is
+    immaterial."""
+    _check_gamma(gamma)
+    check_float_dtype(dtype)
     dtype = jnp.result_type(float) if dtype is None else dtype
     win = jnp.array([[0.0, 1.0, -1.0], [-1.0, 0.0, 1.0], [1.0, -1.0, 0.0]], dtype)
     one = jnp.ones((1, 3, 1), dtype)
@@ -133,6 +228,10 @@ def rock_paper_scissors(gamma: float = 0.5, dtype=None) -> FactoredGame:
 
 def uniform_policies(game: FactoredGame) -> tuple[jax.Array, jax.Array]:
     """``(x, y)`` uniform over actions in every state."""
+    return _uniform_policies(_as_game(game))
+
+
+def _uniform_policies(game):
     a, b = game.p1.shape[1], game.p2.shape[1]
     dtype = game.payoff.dtype
     return (
@@ -142,18 +241,39 @@ def uniform_policies(game: FactoredGame) -> tuple[jax.Array, jax.Array]:
 
 
 def played(pi: jax.Array, epsilon) -> jax.Array:
-    """Epsilon-greedy played policy ``(1 - eps) pi + eps / n_actions``."""
+    """Epsilon-greedy played policy ``(1 - eps) pi + eps / n_actions``: ``pi [..., n]`` with
+    rows on the simplex, ``epsilon`` in ``[0, 1]``."""
+    pi = checks.check_array(pi, "pi", kind="float")
+    if pi.ndim < 1 or pi.shape[-1] < 1:
+        raise ValueError(f"`pi` must have rank >= 1 and a last axis of size >= 1, got {pi.shape}.")
+    check_distribution(pi, "pi", pi.shape)
+    return _played(pi, _check_epsilon(epsilon))
+
+
+def _played(pi, epsilon):
     return (1.0 - epsilon) * pi + epsilon / pi.shape[-1]
 
 
 def occupancies(game: FactoredGame, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(lambda_1 [S1, A], lambda_2 [S2, B])`` of the policies as given (no exploration)."""
-    return (occupancy(game.p1, game.rho1, x, game.gamma),
-            occupancy(game.p2, game.rho2, y, game.gamma))  # fmt: skip
+    return _occupancies(*_game_policies(game, x, y))
+
+
+def _occupancies(game, x, y):
+    return (_occupancy(game.p1, game.rho1, x, game.gamma),
+            _occupancy(game.p2, game.rho2, y, game.gamma))  # fmt: skip
 
 
 def occupancy_utility(game: FactoredGame, lam1: jax.Array, lam2: jax.Array, mu=0.0) -> jax.Array:
-    """``U^mu`` as a function of the occupancies (scalar)."""
+    """``U^mu`` as a function of the occupancies ``lam1 [S1, A]``, ``lam2 [S2, B]`` (scalar)."""
+    game = _as_game(game)
+    (s1, a, _), (s2, b, _) = game.p1.shape, game.p2.shape
+    lam1 = checks.check_array(lam1, "lam1", shape=(s1, a), dims="[S1, A]", kind="float")
+    lam2 = checks.check_array(lam2, "lam2", shape=(s2, b), dims="[S2, B]", kind="float")
+    return _occupancy_utility(game, lam1, lam2, _check_mu(mu))
+
+
+def _occupancy_utility(game, lam1, lam2, mu=0.0):
     bilinear = jnp.einsum("sa,satb,tb->", lam1, game.payoff, lam2)
     imitation = 0.5 * game.kappa * jnp.sum((lam1 - game.tau1) ** 2)
     return bilinear + imitation - 0.5 * mu * jnp.sum(lam2**2)
@@ -161,7 +281,14 @@ def occupancy_utility(game: FactoredGame, lam1: jax.Array, lam2: jax.Array, mu=0
 
 def utility(game: FactoredGame, x: jax.Array, y: jax.Array, epsilon=0.0, mu=0.0) -> jax.Array:
     """``U^mu`` at the played policies of parameters ``(x, y)``."""
-    return occupancy_utility(game, *occupancies(game, played(x, epsilon), played(y, epsilon)), mu)
+    game, x, y = _game_policies(game, x, y)
+    return _utility(game, x, y, _check_epsilon(epsilon), _check_mu(mu))
+
+
+def _utility(game, x, y, epsilon=0.0, mu=0.0):
+    return _occupancy_utility(
+        game, *_occupancies(game, _played(x, epsilon), _played(y, epsilon)), mu
+    )
 
 
 def exact_gradients(
@@ -173,11 +300,16 @@ def exact_gradients(
     of :func:`occupancy_utility` in ``lambda``), then ``grad_x = (1 - eps) d_1 Q_{c_1}`` in ``M1``
     under the played ``x`` and likewise for ``y``. Four ``S x S`` solves per game.
     """
-    xp, yp = played(x, epsilon), played(y, epsilon)
-    lam1, lam2 = occupancies(game, xp, yp)
-    c1, c2 = jax.grad(occupancy_utility, argnums=(1, 2))(game, lam1, lam2, mu)
-    gx = policy_gradient(game.p1, game.rho1, xp, c1, game.gamma)
-    gy = policy_gradient(game.p2, game.rho2, yp, c2, game.gamma)
+    game, x, y = _game_policies(game, x, y)
+    return _exact_gradients(game, x, y, _check_epsilon(epsilon), _check_mu(mu))
+
+
+def _exact_gradients(game, x, y, epsilon=0.0, mu=0.0):
+    xp, yp = _played(x, epsilon), _played(y, epsilon)
+    lam1, lam2 = _occupancies(game, xp, yp)
+    c1, c2 = jax.grad(_occupancy_utility, argnums=(1, 2))(game, lam1, lam2, mu)
+    gx = _policy_gradient(game.p1, game.rho1, xp, c1, game.gamma)
+    gy = _policy_gradient(game.p2, game.rho2, yp, c2, game.gamma)
     return (1.0 - epsilon) * gx, (1.0 - epsilon) * gy
 
 
@@ -190,12 +322,15 @@ class GapResult(NamedTuple):
       certificate: sum of the two Frank-Wolfe duality gaps: the true gap lies in
         ``[gap, gap + certificate]``.
       max_value, min_value: the two best-response values.
+      finite: ``True`` when the game, the policies and every number above are finite (no NaN /
+        inf anywhere); read ``gap`` and ``certificate`` only where it is ``True``.
     """
 
     gap: jax.Array
     certificate: jax.Array
     max_value: jax.Array
     min_value: jax.Array
+    finite: jax.Array
 
 
 def best_response(
@@ -212,13 +347,27 @@ def best_response(
     a clipped Newton step otherwise; a linear ``f`` is solved in one step). Stops when the duality
     gap ``<grad f, lambda - s>`` is below ``tol`` or after ``max_iter`` steps (``lax.while_loop``).
     """
+    p, rho = _kernel(p, rho, gamma)
+    check_callable(f, "f")
+    s, a = p.shape[:2]
+    lam0 = checks.check_array(lam0, "lam0", shape=(s, a), dims="[S, A]", kind="float")
+    out = jax.eval_shape(f, lam0)
+    if not isinstance(out, jax.ShapeDtypeStruct) or out.shape != ():
+        raise ValueError(f"`f` must map an occupancy [S, A] to a scalar, got {out}.")
+    check_bool(minimize, "minimize")
+    check_count(max_iter, "max_iter", 1)
+    checks.check_scalar(tol, "tol", 0.0)
+    return _best_response(p, rho, gamma, f, lam0, minimize, max_iter, tol)
+
+
+def _best_response(p, rho, gamma, f, lam0, minimize, max_iter=1000, tol=1e-10):
     sign = 1.0 if minimize else -1.0
     g_fn = jax.grad(lambda lam: sign * f(lam))
 
     def vertex(lam):
         g = g_fn(lam)
-        q = value_iteration(p, g, gamma, maximize=False)
-        s = occupancy(p, rho, greedy_policy(q, maximize=False), gamma)
+        q = _value_iteration(p, g, gamma, maximize=False)
+        s = _occupancy(p, rho, _greedy_policy(q, maximize=False), gamma)
         return s, jnp.sum(g * (lam - s))
 
     def cond(carry):
@@ -249,13 +398,27 @@ def nash_gap(
     ``max_{y'} U^mu(x, y')`` over ``M2``'s occupancy polytope with ``lambda_1`` fixed, and
     ``min_{x'} U^mu(x', y)`` over ``M1``'s with ``lambda_2`` fixed, each by
     :func:`best_response` (for ``mu = 0`` and ``kappa = 0`` both are linear and exact: one
-    value iteration each). Use ``mu = 0`` (the default) to measure the original game.
+    value iteration each). Use ``mu = 0`` (the default) to measure the original game. Inside
+    ``jit`` a NaN / inf anywhere shows in ``finite`` (``False``), never as a finite gap alone.
     """
-    lam1, lam2 = occupancies(game, played(x, epsilon), played(y, epsilon))
-    hi, cert_hi = best_response(game.p2, game.rho2, game.gamma,
-                                lambda l2: occupancy_utility(game, lam1, l2, mu), lam2,
-                                minimize=False, max_iter=max_iter, tol=tol)  # fmt: skip
-    lo, cert_lo = best_response(game.p1, game.rho1, game.gamma,
-                                lambda l1: occupancy_utility(game, l1, lam2, mu), lam1,
-                                minimize=True, max_iter=max_iter, tol=tol)  # fmt: skip
-    return GapResult(hi - lo, cert_hi + cert_lo, hi, lo)
+    game, x, y = _game_policies(game, x, y)
+    check_count(max_iter, "max_iter", 1)
+    checks.check_scalar(tol, "tol", 0.0)
+    return _nash_gap(game, x, y, _check_epsilon(epsilon), _check_mu(mu), max_iter, tol)
+
+
+def _all_finite(*trees) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(trees)
+    return functools.reduce(jnp.logical_and, [jnp.all(jnp.isfinite(x)) for x in leaves])
+
+
+def _nash_gap(game, x, y, epsilon=0.0, mu=0.0, max_iter=1000, tol=1e-10) -> GapResult:
+    lam1, lam2 = _occupancies(game, _played(x, epsilon), _played(y, epsilon))
+    hi, cert_hi = _best_response(game.p2, game.rho2, game.gamma,
+                                 lambda l2: _occupancy_utility(game, lam1, l2, mu), lam2,
+                                 minimize=False, max_iter=max_iter, tol=tol)  # fmt: skip
+    lo, cert_lo = _best_response(game.p1, game.rho1, game.gamma,
+                                 lambda l1: _occupancy_utility(game, l1, lam2, mu), lam1,
+                                 minimize=True, max_iter=max_iter, tol=tol)  # fmt: skip
+    gap, cert = hi - lo, cert_hi + cert_lo
+    return GapResult(gap, cert, hi, lo, _all_finite(game, x, y, epsilon, mu, gap, cert))

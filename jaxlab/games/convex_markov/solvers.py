@@ -38,20 +38,26 @@ from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 from jax.sharding import Mesh
 
 from jaxlab.core import checks, sharding
+from jaxlab.core.checks import check_bool, check_choice, check_count, check_distribution
 from jaxlab.games.convex_markov.game import (
     FactoredGame,
     GapResult,
-    exact_gradients,
-    nash_gap,
-    occupancy_utility,
-    played,
-    uniform_policies,
+    _as_game,
+    _check_epsilon,
+    _check_mu,
+    _exact_gradients,
+    _game_policies,
+    _nash_gap,
+    _occupancy_utility,
+    _played,
+    _uniform_policies,
 )
-from jaxlab.games.convex_markov.mdp import project_simplex
+from jaxlab.games.convex_markov.mdp import _project_simplex as project_simplex
 
 __all__ = [
     "METHODS",
@@ -99,12 +105,13 @@ class SolverConfig:
     horizon: int = 40
 
     def __post_init__(self):
-        checks.check_choice(self.method, "method", METHODS)
-        checks.check_positive(self.mu, "mu", strict=False)
-        checks.check_positive(self.eta_x, "eta_x")
-        checks.check_positive(self.eta_y, "eta_y")
+        check_choice(self.method, "method", METHODS)
+        checks.check_scalar(self.mu, "mu", 0.0)
+        checks.check_scalar(self.eta_x, "eta_x", 0.0, low_open=True)
+        checks.check_scalar(self.eta_y, "eta_y", 0.0, low_open=True)
         checks.check_int(self.inner_steps, "inner_steps", minimum=1)
-        checks.check_in_range(self.epsilon, "epsilon", 0.0, 1.0, high_open=True)
+        checks.check_scalar(self.epsilon, "epsilon", 0.0, 1.0, high_open=True)
+        check_bool(self.stochastic, "stochastic")
         checks.check_int(self.n_rollouts, "n_rollouts", minimum=1)
         checks.check_int(self.horizon, "horizon", minimum=1)
 
@@ -190,27 +197,66 @@ def rollout_gradients(
     ``mesh`` shards the ``n_rollouts`` axis of both players' rollouts (a multiple of the device
     count); the random numbers do not depend on the layout.
     """
+    game, x, y = _game_policies(game, x, y)
+    key = checks.check_key(key, "key")
+    _check_epsilon(epsilon)
+    _check_mu(mu)
+    checks.check_int(n_rollouts, "n_rollouts", minimum=1)
+    checks.check_int(horizon, "horizon", minimum=1)
+    _check_mesh(mesh, n_rollouts)
+    return _rollout_gradients(game, x, y, key, epsilon, mu, n_rollouts, horizon, mesh)
+
+
+def _check_mesh(mesh, n_rollouts: int | None = None) -> None:
+    """``mesh`` is ``None`` or a Mesh over which ``n_rollouts`` (if given) can be sharded."""
+    if mesh is not None and not isinstance(mesh, Mesh):
+        raise TypeError(f"`mesh` must be a jax.sharding.Mesh or None, got {type(mesh).__name__}.")
+    if mesh is not None and n_rollouts is not None:
+        sharding.check_divisible(n_rollouts, mesh, "n_rollouts")
+
+
+def _rollout_gradients(game, x, y, key, epsilon, mu, n_rollouts, horizon, mesh=None):
     k1, k2 = jax.random.split(key)
-    xp, yp = played(x, epsilon), played(y, epsilon)
+    xp, yp = _played(x, epsilon), _played(y, epsilon)
     s1, a1 = _rollouts(game.p1, game.rho1, xp, k1, n_rollouts, horizon, mesh)
     s2, a2 = _rollouts(game.p2, game.rho2, yp, k2, n_rollouts, horizon, mesh)
     lam1 = _empirical_occupancy(s1, a1, xp.shape, game.gamma)
     lam2 = _empirical_occupancy(s2, a2, yp.shape, game.gamma)
-    c1, c2 = jax.grad(occupancy_utility, argnums=(1, 2))(game, lam1, lam2, mu)
+    c1, c2 = jax.grad(_occupancy_utility, argnums=(1, 2))(game, lam1, lam2, mu)
     return (_reinforce(s1, a1, xp, c1, game.gamma, epsilon),
             _reinforce(s2, a2, yp, c2, game.gamma, epsilon))  # fmt: skip
 
 
 def _initial_state(game: FactoredGame, key: jax.Array) -> SolverState:
-    x, y = uniform_policies(game)
-    return SolverState(x, y, jnp.zeros((), jnp.int32), checks.check_key(key))
+    key = checks.check_key(key)
+    x, y = _uniform_policies(game)
+    return SolverState(x, y, jnp.zeros((), jnp.int32), key)
 
 
 def _check_schedule(num_steps: int, eval_every: int) -> None:
+    checks.check_int(num_steps, "num_steps")
+    checks.check_int(eval_every, "eval_every")
     if num_steps < 1 or eval_every < 1 or num_steps % eval_every:
         raise ValueError(
             f"`num_steps` ({num_steps}) must be a positive multiple of `eval_every` ({eval_every})."
         )
+
+
+def _check_config(config, name: str = "config") -> SolverConfig:
+    if not isinstance(config, SolverConfig):
+        raise TypeError(f"`{name}` must be a SolverConfig, got {type(config).__name__}.")
+    return config
+
+
+def _check_state(state, game: FactoredGame) -> None:
+    """Static checks of a :class:`SolverState` for ``game`` (values where concrete)."""
+    if not isinstance(state, SolverState):
+        raise TypeError(f"`state` must be a SolverState (from init), got {type(state).__name__}.")
+    (s1, a, _), (s2, b, _) = game.p1.shape, game.p2.shape
+    check_distribution(state.x, "state.x", (s1, a), "[S1, A] (a state built for another game?)")
+    check_distribution(state.y, "state.y", (s2, b), "[S2, B] (a state built for another game?)")
+    check_count(state.count, "state.count", 0)
+    checks.check_key(state.key, "state.key")
 
 
 def make_solver(config: SolverConfig, game: FactoredGame, mesh: Mesh | None = None) -> Solver:
@@ -235,6 +281,9 @@ def make_solver(config: SolverConfig, game: FactoredGame, mesh: Mesh | None = No
         the played policies (Frank-Wolfe certificate after at most ``max_iter`` steps);
       - ``solve(key, num_steps, eval_every, gap_iters=1000)``: see :func:`solve`.
     """
+    _check_config(config)
+    game = _as_game(game)
+    _check_mesh(mesh, config.n_rollouts if config.stochastic else None)
     return _make_solver(config, game, mesh, config.mu, config.eta_x, config.eta_y)
 
 
@@ -244,15 +293,16 @@ def _make_solver(cfg: SolverConfig, game: FactoredGame, mesh, mu, eta_x, eta_y) 
 
     def gradients(x, y, key):
         if cfg.stochastic:
-            return rollout_gradients(game, x, y, key, cfg.epsilon, mu, cfg.n_rollouts,
-                                     cfg.horizon, mesh)  # fmt: skip
-        return exact_gradients(game, x, y, cfg.epsilon, mu)
+            return _rollout_gradients(game, x, y, key, cfg.epsilon, mu, cfg.n_rollouts,
+                                      cfg.horizon, mesh)  # fmt: skip
+        return _exact_gradients(game, x, y, cfg.epsilon, mu)
 
     def init_fn(key: jax.Array) -> SolverState:
         return _initial_state(game, key)
 
     def step_fn(state: SolverState, x_in=None) -> tuple[SolverState, dict]:
         del x_in  # the solver needs no per-step input
+        _check_state(state, game)
         x0, y0 = state.x, state.y
         k_x, k_y = jax.random.split(jax.random.fold_in(state.key, state.count))
         if cfg.method == "simultaneous":
@@ -281,10 +331,13 @@ def _make_solver(cfg: SolverConfig, game: FactoredGame, mesh, mu, eta_x, eta_y) 
         return state.replace(x=x, y=y, count=state.count + 1), metrics
 
     def gap_fn(state: SolverState, max_iter: int = 1000) -> GapResult:
-        return nash_gap(game, state.x, state.y, cfg.epsilon, 0.0, max_iter=max_iter)
+        _check_state(state, game)
+        check_count(max_iter, "max_iter", 1)
+        return _nash_gap(game, state.x, state.y, cfg.epsilon, 0.0, max_iter=max_iter)
 
     def solve_fn(key, num_steps: int, eval_every: int, gap_iters: int = 1000):
         _check_schedule(num_steps, eval_every)
+        check_count(gap_iters, "gap_iters", 1)
 
         def chunk(state, _):
             state = jax.lax.fori_loop(0, eval_every, lambda _, s: step_fn(s)[0], state)
@@ -300,13 +353,13 @@ def _make_solver(cfg: SolverConfig, game: FactoredGame, mesh, mu, eta_x, eta_y) 
 
 def init(game: FactoredGame, key: jax.Array) -> SolverState:
     """Uniform policies (the spec's initialisation): ``make_solver(config, game).init(key)``."""
-    return _initial_state(game, key)
+    return _initial_state(_as_game(game), key)
 
 
 def step(cfg: SolverConfig, game: FactoredGame, state: SolverState) -> SolverState:
     """One iteration of ``cfg.method``, the state only: ``make_solver(cfg, game).step(state)[0]``
     (use the solver's ``step`` for the metrics)."""
-    return make_solver(cfg, game).step(state)[0]
+    return make_solver(_check_config(cfg, "cfg"), game).step(state)[0]
 
 
 def solve(
@@ -321,7 +374,7 @@ def solve(
     and after every ``eval_every`` steps. The per-step metrics are not kept (scan
     ``make_solver(cfg, game).step`` for them).
     """
-    return make_solver(cfg, game).solve(key, num_steps, eval_every, gap_iters)
+    return make_solver(_check_config(cfg, "cfg"), game).solve(key, num_steps, eval_every, gap_iters)
 
 
 def solve_games(
@@ -340,8 +393,24 @@ def solve_games(
     ``(cfg, num_steps, eval_every, mesh, gap_iters)``, with ``mu``, ``eta_x``, ``eta_y`` inputs
     (its sampled trajectories are kept bit for bit as they were before the exact methods' program
     was shared)."""
+    _check_config(cfg, "cfg")
     _check_schedule(num_steps, eval_every)
+    checks.check_int(gap_iters, "gap_iters", minimum=1)
+    _check_mesh(mesh)
+    if not isinstance(games, FactoredGame) or np.ndim(games.p1) != 4:
+        is_game = isinstance(games, FactoredGame)
+        got = f"p1 {np.shape(games.p1)}" if is_game else type(games).__name__
+        raise ValueError(
+            "`games` must be a FactoredGame with a leading game axis on every field (p1 "
+            f"[G, S1, A, S1]), got {got}."
+        )
+    n_games = np.shape(games.p1)[0]
+    games = _as_game(games, (n_games,), "games")
+    keys = checks.check_key(keys, "keys", batched=True)
+    if keys.shape != (n_games,):
+        raise ValueError(f"`keys` must be {n_games} keys (one per game), got shape {keys.shape}.")
     mesh = sharding.data_mesh() if mesh is None else mesh
+    sharding.check_divisible(n_games, mesh, "games")
     dtype = games.payoff.dtype
     hyper = {name: jnp.asarray(getattr(cfg, name), dtype) for name in _TRACED}
     if cfg.stochastic:

@@ -32,8 +32,10 @@ from typing import Any
 import diffrax
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxlab.core import checks
+from jaxlab.generative.gan_onestep import _checks
 
 PyTree = Any
 # F(params, x_in [B, H, W, C], c_noise [B]) -> [B, H, W, C]
@@ -78,27 +80,42 @@ class EDMConfig:
 
     def __post_init__(self):
         for name in ("sigma_data", "sigma_min", "sigma_max", "rho", "p_std"):
-            checks.check_positive(getattr(self, name), name)
-        checks.check_finite(self.p_mean, "p_mean")
-        if not self.sigma_max > self.sigma_min:
+            checks.check_scalar(getattr(self, name), name, 0.0, low_open=True)
+        checks.check_scalar(self.p_mean, "p_mean")
+        if (
+            checks.is_concrete((self.sigma_min, self.sigma_max))
+            and not self.sigma_max > self.sigma_min
+        ):
             raise ValueError(
                 f"EDMConfig: `sigma_max` ({self.sigma_max}) must exceed `sigma_min` "
                 f"({self.sigma_min})."
             )
 
 
+def _check_edm_config(config: Any, name: str = "config") -> EDMConfig:
+    return _checks.check_instance(config, name, EDMConfig)
+
+
 def check_images(x: Any, name: str = "x") -> None:
-    """Raise ``ValueError`` unless ``x`` is a floating ``[B, H, W, C]`` batch (shape and dtype are
-    static, so tracers are checked too)."""
-    checks.check_shape(x, name, (None, None, None, None), "[B, H, W, C]")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"`{name}` must be floating point, got dtype {x.dtype}.")
+    """Raise unless ``x`` is a floating ``[B, H, W, C]`` batch with every size >= 1 (shape and
+    dtype are static, so tracers are checked too) and, where concrete, free of NaN / inf:
+    ``TypeError`` for a non-array or a non-float dtype, ``ValueError`` for the shape or values."""
+    _checks.check_images(x, name)
 
 
 def check_sigma(sigma: Any, name: str = "sigma") -> None:
-    """Raise ``ValueError`` if a concrete ``sigma`` has an entry ``<= 0`` or not finite (traced
-    values pass: :func:`jaxlab.core.checks.check_positive`)."""
+    """Raise ``ValueError`` if a concrete ``sigma`` has an entry ``<= 0`` or not finite (NaN
+    included; traced values pass: :func:`jaxlab.core.checks.check_positive`), ``TypeError`` if it
+    is not real numbers."""
     checks.check_positive(sigma, name)
+
+
+def _check_sigma_data(sigma_data: Any, name: str = "sigma_data") -> None:
+    checks.check_scalar(sigma_data, name, 0.0, low_open=True)
+
+
+def _check_eps(eps: Any, name: str = "eps") -> None:
+    checks.check_scalar(eps, name, 0.0)
 
 
 def precond(sigma: jax.Array, sigma_data: float, eps: float = 0.0):
@@ -106,7 +123,14 @@ def precond(sigma: jax.Array, sigma_data: float, eps: float = 0.0):
 
     ``eps = 0`` gives EDM's; ``eps = D2O_EPS`` gives the D2O generator's, with ``c_skip(eps) = 1``
     and ``c_out(eps) = 0``. Every output has ``sigma``'s shape.
+
+    Raises:
+      ValueError / TypeError: a concrete ``sigma`` has an entry <= 0 or not finite, or
+        ``sigma_data`` is not a number > 0, or ``eps`` not a number >= 0.
     """
+    check_sigma(sigma)
+    _check_sigma_data(sigma_data)
+    _check_eps(eps)
     sigma = jnp.asarray(sigma)
     s2 = jnp.square(sigma_data)
     c_skip = s2 / (jnp.square(sigma - eps) + s2)
@@ -134,10 +158,20 @@ def denoise(
       ``[B, H, W, C]`` denoised images.
 
     Raises:
-      ValueError: ``x`` is not an image batch, or a concrete ``sigma`` has an entry <= 0.
+      ValueError: ``x`` is not an image batch, ``sigma`` is neither a scalar nor ``[B]``, or a
+        concrete ``sigma`` has an entry <= 0; ``TypeError``: ``inner`` is not callable or an
+        argument has the wrong type.
     """
+    _checks.check_callable(inner, "inner")
     check_images(x, "x")
     check_sigma(sigma)
+    if np.ndim(sigma) not in (0, 1) or (np.ndim(sigma) == 1 and np.shape(sigma) != x.shape[:1]):
+        raise ValueError(
+            f"`sigma` must be a scalar or [B] = {x.shape[:1]} noise levels, got shape "
+            f"{np.shape(sigma)}."
+        )
+    _check_sigma_data(sigma_data)
+    _check_eps(eps)
     sigma = jnp.broadcast_to(jnp.asarray(sigma, x.dtype), x.shape[:1])
     c_skip, c_out, c_in, c_noise = precond(sigma, sigma_data, eps)
     b = lambda c: c[:, None, None, None]  # noqa: E731
@@ -154,6 +188,10 @@ def edm_loss(
     ``lambda = (sigma^2 + sigma_d^2) / (sigma sigma_d)^2`` (which makes the effective target of
     ``F`` unit-variance at every ``sigma``).
     """
+    _checks.check_callable(inner, "inner")
+    check_images(x0, "x0")
+    key = checks.check_key(key)
+    _check_edm_config(config)
     k_sigma, k_noise = jax.random.split(key)
     b = x0.shape[0]
     sigma = jnp.exp(config.p_mean + config.p_std * jax.random.normal(k_sigma, (b,), x0.dtype))
@@ -170,6 +208,11 @@ def karras_sigma(r: jax.Array, sigma_min: float, sigma_max: float, rho: float) -
     """The Karras grid as a function of ``r`` in [0, 1]:
     ``sigma(r) = (sigma_max^(1/rho) + (1 - r)(sigma_min^(1/rho) - sigma_max^(1/rho)))^rho``,
     so ``sigma(0) = sigma_min``, ``sigma(1) = sigma_max``, increasing in ``r``."""
+    checks.check_in_range(r, "r", 0.0, 1.0)
+    for name, v in (("sigma_min", sigma_min), ("sigma_max", sigma_max), ("rho", rho)):
+        checks.check_scalar(v, name, 0.0, low_open=True)
+    if checks.is_concrete((sigma_min, sigma_max)) and not sigma_max > sigma_min:
+        raise ValueError(f"`sigma_max` ({sigma_max}) must exceed `sigma_min` ({sigma_min}).")
     a, b = sigma_max ** (1.0 / rho), sigma_min ** (1.0 / rho)
     return (a + (1.0 - jnp.asarray(r)) * (b - a)) ** rho
 
@@ -184,8 +227,9 @@ def karras_steps(n_steps: int, config: EDMConfig, final_sigma_min: bool = True) 
     ``n_steps`` levels of the ``n_steps + 1``-level Karras grid (``sigma_min`` dropped), then 0, so
     the last (Euler) step is a clean jump from ``sigma_{n-1}`` to the denoiser's output.
     """
-    if n_steps < 1:
-        raise ValueError(f"karras_steps: `n_steps` must be >= 1, got {n_steps}.")
+    n_steps = checks.check_int(n_steps, "n_steps", minimum=1)
+    _check_edm_config(config)
+    _checks.check_bool(final_sigma_min, "final_sigma_min")
     n_levels = n_steps if final_sigma_min else n_steps + 1
     if n_levels == 1:
         levels = jnp.array([config.sigma_max], jnp.float32)
@@ -223,9 +267,23 @@ def heun_sample(denoiser: DenoiseFn, x_init: jax.Array, sigmas: jax.Array) -> ja
       ValueError: ``sigmas`` is not 1-D with at least two levels, or (when concrete) is not
         strictly decreasing with a last entry of 0.
     """
+    _checks.check_callable(denoiser, "denoiser")
+    checks.check_real(sigmas, "sigmas")
     sigmas = jnp.asarray(sigmas)
     if sigmas.ndim != 1 or sigmas.shape[0] < 2:
         raise ValueError(f"`sigmas` must be [n + 1] levels with n >= 1, got shape {sigmas.shape}.")
+    dtype = getattr(x_init, "dtype", None)
+    if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or np.ndim(x_init) < 1:
+        raise TypeError(
+            f"`x_init` must be a float array [B, ...], got {type(x_init).__name__} with dtype "
+            f"{dtype} and shape {np.shape(x_init)}."
+        )
+    if x_init.shape[0] < 1:
+        raise ValueError(f"`x_init` must have a batch of >= 1, got shape {x_init.shape}.")
+    checks.check_finite(x_init, "x_init")
+    checks.check_finite(sigmas, "sigmas")
+    if jnp.issubdtype(sigmas.dtype, jnp.integer):  # integer levels are fine: the state's floats
+        sigmas = sigmas.astype(x_init.dtype)
     if checks.is_concrete(sigmas):
         levels = jax.device_get(sigmas)
         if levels[-1] != 0 or not (levels[1:] < levels[:-1]).all():
@@ -251,6 +309,8 @@ def heun_sample(denoiser: DenoiseFn, x_init: jax.Array, sigmas: jax.Array) -> ja
 def gaussian_denoiser(mean: jax.Array, std: float) -> DenoiseFn:
     """The exact denoiser of ``p_data = N(mean, std^2 I)``:
     ``D(x; sigma) = (std^2 x + sigma^2 mean) / (std^2 + sigma^2)`` (tests and sanity checks)."""
+    checks.check_finite(mean, "mean")
+    checks.check_scalar(std, "std", 0.0, low_open=True)
 
     def d(x, sigma):
         s2 = jnp.square(sigma)[:, None, None, None]

@@ -25,10 +25,12 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxlab.core import checks
 from jaxlab.core.training import minibatch_epochs
+from jaxlab.generative.gan_onestep import _checks
 
 PyTree = Any
 # logits(d_params, x [B, H, W, C]) -> list of [B, h, w, 1] logit maps
@@ -74,19 +76,30 @@ class ClassifierConfig:
         checks.check_int(self.n_classes, "n_classes", minimum=2)
         checks.check_int(self.epochs, "epochs", minimum=0)
         checks.check_int(self.batch, "batch", minimum=1)
-        checks.check_positive(self.lr, "lr")
+        checks.check_scalar(self.lr, "lr", 0.0, low_open=True)
 
 
 class Classifier(nn.Module):
+    """The digit classifier of ``config`` on ``[B, H, W, C]`` float images (H and W at least
+    ``2 ** len(config.stages)``); ``__call__`` gives ``[B, n_classes]`` logits."""
+
     config: ClassifierConfig = ClassifierConfig()
 
     def setup(self):
+        _checks.check_instance(self.config, "config", ClassifierConfig)
         self.convs = [nn.Conv(c, (3, 3), name=f"conv{i}") for i, c in enumerate(self.config.stages)]
         self.dense = nn.Dense(self.config.width, name="dense")
         self.head = nn.Dense(self.config.n_classes, name="head")
 
     def features(self, x):
         """``(stage_maps, penultimate)``: a list of ``[B, h_i, w_i, c_i]`` maps, ``[B, width]``."""
+        _checks.check_images(x, "x", finite=False)
+        pool = 2 ** len(self.config.stages)
+        if x.shape[1] < pool or x.shape[2] < pool:
+            raise ValueError(
+                f"`x` images must have H and W >= {pool} (one 2x2 pooling per stage), got shape "
+                f"{x.shape}."
+            )
         maps = []
         h = x
         for conv in self.convs:
@@ -108,6 +121,16 @@ def spectral_normalise(kernel: jax.Array, n_iter: int = 20) -> jax.Array:
     function of its parameters) and iterates ``n_iter`` times per call instead, which for these
     small matrices converges to the top singular value (tested against the SVD).
     """
+    dtype = getattr(kernel, "dtype", None)
+    if dtype is None or not jnp.issubdtype(dtype, jnp.floating) or np.ndim(kernel) < 2:
+        raise TypeError(
+            f"`kernel` must be a float array of rank >= 2 ([..., in, out]), got "
+            f"{type(kernel).__name__} with dtype {dtype} and shape {np.shape(kernel)}."
+        )
+    if min(kernel.shape) < 1:
+        raise ValueError(f"`kernel` must have every size >= 1, got shape {kernel.shape}.")
+    checks.check_finite(kernel, "kernel")
+    n_iter = checks.check_int(n_iter, "n_iter", minimum=1)
     w = kernel.reshape(-1, kernel.shape[-1]).T  # [out, in*k*k]
     u = jax.random.normal(jax.random.key(0), (w.shape[0],), w.dtype)
     ws = jax.lax.stop_gradient(w)
@@ -138,6 +161,14 @@ class SNConv(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        checks.check_int(self.features, "features", minimum=1)
+        checks.check_int(self.kernel, "kernel", minimum=1)
+        checks.check_int(self.strides, "strides", minimum=1)
+        if not isinstance(self.padding, str):
+            checks.check_int(self.padding, "padding", minimum=0)
+        _checks.check_bool(self.use_bias, "use_bias")
+        _checks.check_bool(self.spectral_norm, "spectral_norm")
+        _checks.check_images(x, "x", finite=False)
         k = self.param("kernel", nn.initializers.lecun_normal(),
                        (self.kernel, self.kernel, x.shape[-1], self.features))  # fmt: skip
         if self.spectral_norm:
@@ -159,6 +190,8 @@ class BatchStatNorm(nn.Module):
 
     @nn.compact
     def __call__(self, x):
+        checks.check_scalar(self.eps, "eps", 0.0, low_open=True)
+        _checks.check_images(x, "x", finite=False)
         mean = jnp.mean(x, axis=(0, 1, 2), keepdims=True)
         var = jnp.var(x, axis=(0, 1, 2), keepdims=True)
         scale = self.param("scale", nn.initializers.ones, (x.shape[-1],))[None, None, None]
@@ -188,8 +221,17 @@ class ProjectedHeads(nn.Module):
 
     @nn.compact
     def __call__(self, maps):
-        if self.layout not in ("multiscale", "simple"):
-            raise ValueError(f"ProjectedHeads: unknown `layout` {self.layout!r}.")
+        checks.check_choice(self.layout, "layout", ("multiscale", "simple"))
+        checks.check_int(self.hidden, "hidden", minimum=1)
+        checks.check_int(self.kernel, "kernel", minimum=1)
+        _checks.check_bool(self.spectral_norm, "spectral_norm")
+        if not isinstance(maps, list | tuple) or not maps:
+            raise TypeError(
+                f"`maps` must be a non-empty list of [B, h, w, c] feature maps, got "
+                f"{type(maps).__name__}."
+            )
+        for i, m in enumerate(maps):
+            _checks.check_images(m, f"maps[{i}]", finite=False)
         sn = self.spectral_norm
         out = []
         if self.layout == "simple":
@@ -230,6 +272,9 @@ def projected_discriminator(
     generator learned high-frequency patterns that fool them (measured: FD 1147 and a high-band
     power ratio of 7.8 after 200 D2O updates).
     """
+    _checks.check_instance(classifier, "classifier", Classifier)
+    _checks.check_instance(heads, "heads", ProjectedHeads)
+    _checks.check_bool(pixels, "pixels")
     frozen = jax.lax.stop_gradient(classifier_params)
 
     def feature_maps(x):
@@ -237,17 +282,30 @@ def projected_discriminator(
         return [x, *maps] if pixels else maps
 
     def logits(d_params, x):
+        _checks.check_images(x, "x")
         return heads.apply(d_params, feature_maps(x))
 
     def init(key, x):
+        key = checks.check_key(key)
+        _checks.check_images(x, "x")
         return heads.init(key, feature_maps(x))
 
     return logits, init
 
 
 def accuracy(classifier: Classifier, params: PyTree, x: jax.Array, y: jax.Array) -> jax.Array:
-    """Fraction of ``x`` classified as ``y``."""
+    """Fraction of ``x`` (``[N, H, W, C]`` images) classified as ``y`` (``[N]`` int labels)."""
+    _checks.check_instance(classifier, "classifier", Classifier)
+    _checks.check_images(x, "x")
+    y = _check_labels(y, x.shape[0], classifier.config.n_classes)
     return jnp.mean(jnp.argmax(classifier.apply(params, x), -1) == y)
+
+
+def _check_labels(y, n: int, n_classes: int) -> jax.Array:
+    """``[n]`` int labels in ``[0, n_classes)``."""
+    y = checks.check_array(y, "y", shape=(n,), dims="[N] like `x`", kind="int")
+    checks.check_in_range(y, "y", 0, n_classes - 1)
+    return y
 
 
 def train_classifier(
@@ -262,13 +320,20 @@ def train_classifier(
     the whole run one jitted call.
 
     Raises:
-      ValueError: ``x`` and ``y`` differ in length, or ``N < batch``.
+      ValueError: ``x`` and ``y`` differ in length, ``N < batch``, or a label is outside
+        ``[0, n_classes)``; ``TypeError``: ``y`` is not ints, ``x`` not float images, ``key``
+        not a PRNG key.
     """
+    key = checks.check_key(key)
+    _checks.check_instance(classifier, "classifier", Classifier)
     cfg = classifier.config
-    if x.shape[0] != y.shape[0]:
-        raise ValueError(f"train_classifier: `x` has {x.shape[0]} images but `y` {y.shape[0]}.")
+    _checks.check_images(x, "x")
+    checks.check_rank(y, "y", 1)
+    if x.shape[0] != np.shape(y)[0]:
+        raise ValueError(f"train_classifier: `x` has {x.shape[0]} images but `y` {np.shape(y)[0]}.")
     if x.shape[0] < cfg.batch:
         raise ValueError(f"train_classifier: need >= {cfg.batch} images, got {x.shape[0]}.")
+    y = _check_labels(y, x.shape[0], cfg.n_classes)
     k_init, k_epochs = jax.random.split(key)
     # jitted: one program instead of one per eager op of the forward pass (bit-identical params)
     params = jax.jit(classifier.init)(k_init, x[:1])

@@ -52,8 +52,8 @@ from jax.sharding import Mesh
 
 from jaxlab.core import checks
 from jaxlab.core.sharding import constrain_batch
-from jaxlab.core.training import scan_steps
-from jaxlab.generative.gan_onestep import edm
+from jaxlab.core.training import all_finite, scan_steps
+from jaxlab.generative.gan_onestep import _checks, edm
 from jaxlab.generative.gan_onestep.nets import Discriminator
 
 PyTree = Any
@@ -90,11 +90,19 @@ __all__ = [
 
 def generator_loss(fake_logits: list[jax.Array]) -> jax.Array:
     """Non-saturating generator loss ``sum_k mean softplus(-l_k)`` (= ``-log sigmoid(l)``)."""
+    fake_logits = _checks.check_logit_list(fake_logits, "fake_logits")
     return sum(jnp.mean(jax.nn.softplus(-lg)) for lg in fake_logits)
 
 
 def discriminator_loss(real_logits: list[jax.Array], fake_logits: list[jax.Array]) -> jax.Array:
     """``sum_k mean softplus(l_k(fake)) + mean softplus(-l_k(real))``; ``2 log 2`` per head at 0."""
+    real_logits = _checks.check_logit_list(real_logits, "real_logits")
+    fake_logits = _checks.check_logit_list(fake_logits, "fake_logits")
+    if len(real_logits) != len(fake_logits):
+        raise ValueError(
+            f"`real_logits` ({len(real_logits)} heads) and `fake_logits` ({len(fake_logits)}) "
+            "must have one logit map per head each."
+        )
     fake = sum(jnp.mean(jax.nn.softplus(lg)) for lg in fake_logits)
     real = sum(jnp.mean(jax.nn.softplus(-lg)) for lg in real_logits)
     return fake + real
@@ -107,6 +115,10 @@ def r1_penalty(
 
     For a linear ``l(x) = w . x`` this is ``interval * gamma / 2 * ||w||^2`` for every ``x``.
     """
+    _checks.check_callable(logits, "logits")
+    edm.check_images(x, "x")
+    checks.check_scalar(gamma, "gamma", 0.0)
+    interval = checks.check_int(interval, "interval", minimum=1)
 
     def total(xx):
         return sum(jnp.sum(lg) for lg in logits(d_params, xx))
@@ -119,6 +131,8 @@ def r1_penalty(
 def ema_beta(batch: int, halflife_images: jax.Array) -> jax.Array:
     """``0.5 ** (batch / max(halflife_images, 1e-8))``: after ``halflife_images / batch`` steps the
     old weights' share has halved."""
+    checks.check_int(batch, "batch", minimum=1)
+    _checks.check_number(halflife_images, "halflife_images", 0.0)
     return 0.5 ** (batch / jnp.maximum(halflife_images, 1e-8))
 
 
@@ -131,6 +145,8 @@ def ema_update(ema: PyTree, params: PyTree, beta: jax.Array) -> PyTree:
     average but differs in the last bit: ``1 - (1 - beta)`` rounds for ``beta < 0.5`` and XLA
     fuses the multiply-adds in the other order; measured 1-2 ulp on every step.)
     """
+    _checks.check_same_tree(params, "params", ema, "`ema`")
+    _checks.check_number(beta, "beta", 0.0, 1.0)
     return optax.incremental_update(ema, params, beta)
 
 
@@ -152,6 +168,8 @@ def d2o_freeze_rule(names: tuple[str, ...]) -> bool:
     parameter name) and every attention output projection (``*attn*/proj``). Norms, the noise
     ``affine``, ``qkv``, 1x1 ``skip``, the embedding MLP, the auxiliary residual convs and
     ``conv_in``/``conv_out`` stay trainable."""
+    if not isinstance(names, tuple | list) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f"`names` must be a tuple of str (a parameter path), got {names!r:.80}.")
     modules = names[:-1]  # the last name is the leaf (kernel / bias / scale)
     if len(modules) < 2:
         return False
@@ -165,14 +183,22 @@ def d2o_freeze_rule(names: tuple[str, ...]) -> bool:
 
 def freeze_mask(params: PyTree, rule: Callable[[tuple[str, ...]], bool] = d2o_freeze_rule):
     """A bool pytree like ``params``: ``True`` where ``rule(path names)`` freezes the leaf."""
+    _checks.check_callable(rule, "rule")
     return jax.tree_util.tree_map_with_path(lambda p, _: bool(rule(_path_names(p))), params)
 
 
 def frozen_fraction(params: PyTree, mask: PyTree) -> float:
-    """Fraction of scalar parameters that ``mask`` freezes."""
+    """Fraction of scalar parameters that ``mask`` freezes (``mask``: :func:`freeze_mask` of
+    ``params``)."""
+    if jax.tree_util.tree_structure(mask) != jax.tree_util.tree_structure(params):
+        raise ValueError("`mask` must have the pytree structure of `params` (freeze_mask(params)).")
+    if not all(isinstance(f, bool | np.bool_) for f in jax.tree_util.tree_leaves(mask)):
+        raise TypeError("`mask` leaves must be bools (freeze_mask(params)).")
     sizes = jax.tree_util.tree_leaves(jax.tree_util.tree_map(lambda p: p.size, params))
     flags = jax.tree_util.tree_leaves(mask)
     total = sum(sizes)
+    if total == 0:
+        raise ValueError("`params` has no parameters: the frozen fraction is undefined.")
     return float(sum(s for s, f in zip(sizes, flags, strict=True) if f) / total)
 
 
@@ -182,6 +208,11 @@ def masked_adam(
     """Adam that leaves the leaves where ``mask`` is ``True`` untouched (zero update and no Adam
     moments allocated: ``optax.multi_transform`` with ``set_to_zero``). ``mask=None``: plain
     Adam."""
+    if not callable(lr):
+        checks.check_scalar(lr, "lr", 0.0, low_open=True)
+    checks.check_scalar(b1, "b1", 0.0, 1.0, high_open=True)
+    checks.check_scalar(b2, "b2", 0.0, 1.0, high_open=True)
+    checks.check_scalar(eps, "eps", 0.0)
     adam = optax.adam(lr, b1=b1, b2=b2, eps=eps)
     if mask is None:
         return adam
@@ -190,7 +221,15 @@ def masked_adam(
 
 
 def l2_distance(pred: jax.Array, target: jax.Array) -> jax.Array:
-    """Mean squared pixel difference per example, ``[B]``."""
+    """Mean squared pixel difference per example, ``[B]`` (``pred`` and ``target``: ``[B, ...]``
+    of the same shape)."""
+    checks.check_real(pred, "pred")
+    checks.check_real(target, "target")
+    if np.shape(pred) != np.shape(target) or np.ndim(pred) < 1:
+        raise ValueError(
+            f"`pred` {np.shape(pred)} and `target` {np.shape(target)} must be [B, ...] arrays of "
+            "the same shape."
+        )
     return jnp.mean(jnp.square(pred - target).reshape(pred.shape[0], -1), axis=1)
 
 
@@ -206,6 +245,7 @@ def teacher_sample(
     Karras grid (``2k - 1`` network evaluations; ``k = 1`` is one Euler step, i.e. the
     pre-trained model used one-step). ``final_sigma_min``: see :func:`.edm.karras_steps`
     (``False`` for few-step teachers)."""
+    _checks.check_callable(inner, "inner")
     edm.check_images(z, "z")
     denoiser = lambda x, s: edm.denoise(inner, params, x, s, config.sigma_data)  # noqa: E731
     sigmas = edm.karras_steps(n_steps, config, final_sigma_min)
@@ -229,14 +269,14 @@ class PretrainConfig:
 
     def __post_init__(self):
         checks.check_int(self.batch, "batch", minimum=1)
-        checks.check_positive(self.lr, "lr")
+        checks.check_scalar(self.lr, "lr", 0.0, low_open=True)
         checks.check_int(self.warmup, "warmup", minimum=0)
         _check_ema(self.ema_halflife_images, self.ema_rampup)
 
 
 def _check_ema(halflife_images: float, rampup: float) -> None:
-    checks.check_in_range(halflife_images, "ema_halflife_images", 0.0, np.inf, low_open=True)
-    checks.check_positive(rampup, "ema_rampup")
+    _checks.check_number(halflife_images, "ema_halflife_images", 0.0, np.inf, low_open=True)
+    checks.check_scalar(rampup, "ema_rampup", 0.0, low_open=True)
 
 
 @struct.dataclass
@@ -259,8 +299,9 @@ class PretrainState:
 
 
 class Pretrainer(NamedTuple):
-    """``init(key, params) -> state``; ``step(state, x=None) -> (state, {"loss": []})`` (pure;
-    scan it or :func:`run_loop` it). ``x`` must be ``None``: minibatches come from the data."""
+    """``init(key, params) -> state``; ``step(state, x=None) -> (state, {"loss": [], "finite":
+    []})`` (pure; scan it or :func:`run_loop` it; ``finite``: the loss and the new parameters
+    and EMA are free of NaN / inf). ``x`` must be ``None``: minibatches come from the data."""
 
     init: Callable[[jax.Array, PyTree], PretrainState]
     step: Callable[..., tuple[PretrainState, dict]]
@@ -286,18 +327,26 @@ def make_pretrainer(
     ``init(key, params)``: step 0, Adam's state, the EMA equal to ``params``. ``step(state)``:
     one Adam step on :func:`.edm.edm_loss` of ``config.batch`` images drawn with
     ``fold_in(state.key, state.step)``, then the ramped EMA; metrics ``{"loss": []}``.
-    ``mesh`` shards the minibatch axis.
+    ``mesh`` shards the minibatch axis. Metrics also carry ``finite`` (``[]`` bool): the loss, the
+    new parameters and the EMA are free of NaN / inf; a run is valid only where it is ``True``.
     """
+    _checks.check_callable(inner, "inner")
     edm.check_images(data, "data")
+    _checks.check_instance(edm_config, "edm_config", edm.EDMConfig)
+    _checks.check_instance(config, "config", PretrainConfig)
+    if mesh is not None:
+        _checks.check_instance(mesh, "mesh", Mesh)
     schedule = optax.linear_schedule(0.0, config.lr, max(config.warmup, 1))
     opt = optax.adam(schedule)
 
     def init(key, params):
         key = checks.check_key(key)
+        _checks.check_tree_finite(params, "params")
         return PretrainState(jnp.zeros((), jnp.int32), params, opt.init(params), params, key)
 
     def step(state, x=None):
         _no_input(x, "Pretrainer")
+        _checks.check_instance(state, "state", PretrainState)
         k_idx, k_loss = jax.random.split(jax.random.fold_in(state.key, state.step))
         x0 = constrain_batch(data[jax.random.randint(k_idx, (config.batch,), 0, data.shape[0])],
                              mesh)  # fmt: skip
@@ -309,7 +358,7 @@ def make_pretrainer(
         ema = _ramped_ema(state.ema, params, state.step, config.batch,
                           config.ema_halflife_images, config.ema_rampup)  # fmt: skip
         new = state.replace(step=state.step + 1, params=params, opt_state=opt_state, ema=ema)
-        return new, {"loss": loss}
+        return new, {"loss": loss, "finite": all_finite(loss, params, ema)}
 
     return Pretrainer(init, step)
 
@@ -349,15 +398,16 @@ class FinetuneConfig:
     def __post_init__(self):
         checks.check_int(self.batch, "batch", minimum=1)
         for name in ("lr_g", "lr_d", "sigma_max"):
-            checks.check_positive(getattr(self, name), name)
-        checks.check_in_range(self.beta2, "beta2", 0.0, 1.0, high_open=True)
+            checks.check_scalar(getattr(self, name), name, 0.0, low_open=True)
+        checks.check_scalar(self.beta2, "beta2", 0.0, 1.0, high_open=True)
         for name in ("gan_weight", "kd_weight", "r1_gamma"):
-            checks.check_positive(getattr(self, name), name, strict=False)
+            checks.check_scalar(getattr(self, name), name, 0.0)
+        _checks.check_bool(self.freeze, "freeze")
         if self.gan_weight == 0 and self.kd_weight == 0:
             raise ValueError("FinetuneConfig: `gan_weight` and `kd_weight` are both 0: no loss.")
         checks.check_int(self.r1_interval, "r1_interval", minimum=1)
         _check_ema(self.ema_halflife_images, self.ema_rampup)
-        checks.check_in_range(self.eps, "eps", 0.0, self.sigma_max, high_open=True)
+        checks.check_scalar(self.eps, "eps", 0.0, self.sigma_max, high_open=True)
 
 
 @struct.dataclass
@@ -408,6 +458,10 @@ def one_step_generate(
     """D2O's one-step generator ``G(z) = D(sigma_max z; sigma_max)``: the preconditioned denoiser
     applied once to unit noise ``z [B, H, W, C]`` scaled to ``sigma_max`` (the same map as
     ``Finetuner.generate``; with the pre-trained parameters it is the no-fine-tuning baseline)."""
+    edm.check_images(z, "z")
+    checks.check_scalar(sigma_max, "sigma_max", 0.0, low_open=True)
+    high = sigma_max if checks.is_concrete(sigma_max) else np.inf
+    checks.check_scalar(eps, "eps", 0.0, high, high_open=True)
     return edm.denoise(inner, g_params, sigma_max * z, sigma_max, sigma_data, eps)
 
 
@@ -428,7 +482,9 @@ def make_finetuner(
     ``step(state)`` is one iteration of the module docstring's loop with keys from
     ``fold_in(state.key, state.step)``; its metrics are the scalars ``loss_g`` (total generator
     loss), ``gan_g`` (its GAN term), ``kd`` (its distillation term), ``loss_d`` and ``r1`` (the
-    lazy R1 penalty, 0 on steps without it).
+    lazy R1 penalty, 0 on steps without it), and ``finite`` (``[]`` bool: every loss and the new
+    generator, discriminator and EMA parameters are free of NaN / inf; scores of a run are valid
+    only where it is ``True``).
 
     Args:
       inner: the generator's inner network ``F(params, x_in, c_noise)``.
@@ -442,11 +498,24 @@ def make_finetuner(
       kd_distance: ``dist(pred, target) -> [B]`` (default per-pixel MSE).
       mesh: shard the batch axis over this mesh (``None``: no constraint).
     """
+    _checks.check_callable(inner, "inner")
+    _checks.check_callable(discriminator, "discriminator")
     edm.check_images(data, "data")
-    if config.kd_weight > 0:
-        if kd_pairs is None:
-            raise ValueError("make_finetuner: `kd_weight` > 0 needs `kd_pairs` (z, T(z)).")
+    checks.check_scalar(sigma_data, "sigma_data", 0.0, low_open=True)
+    _checks.check_instance(config, "config", FinetuneConfig)
+    _checks.check_callable(kd_distance, "kd_distance")
+    if mesh is not None:
+        _checks.check_instance(mesh, "mesh", Mesh)
+    if config.kd_weight > 0 and kd_pairs is None:
+        raise ValueError("make_finetuner: `kd_weight` > 0 needs `kd_pairs` (z, T(z)).")
+    if kd_pairs is not None:
+        if not isinstance(kd_pairs, tuple | list) or len(kd_pairs) != 2:
+            raise TypeError(
+                f"`kd_pairs` must be a pair (z [P, H, W, C], T(z) [P, H, W, C]), got "
+                f"{type(kd_pairs).__name__}."
+            )
         edm.check_images(kd_pairs[0], "kd_pairs[0]")
+        edm.check_images(kd_pairs[1], "kd_pairs[1]")
         if kd_pairs[0].shape != kd_pairs[1].shape or kd_pairs[0].shape[1:] != data.shape[1:]:
             raise ValueError(
                 f"make_finetuner: `kd_pairs` shapes {kd_pairs[0].shape}, {kd_pairs[1].shape} "
@@ -459,11 +528,18 @@ def make_finetuner(
     use_gan = config.gan_weight > 0
     shape = data.shape[1:]
 
+    def check_g_params(g_params, name):
+        _checks.check_same_tree(g_params, name, g_params_template, "`g_params_template`")
+
     def generate(g_params, z):
+        check_g_params(g_params, "g_params")
         return one_step_generate(inner, g_params, z, sigma_data, config.sigma_max, config.eps)
 
     def init(key, g_params, d_params):
         key = checks.check_key(key)
+        check_g_params(g_params, "g_params")
+        _checks.check_tree_finite(g_params, "g_params")
+        _checks.check_tree_finite(d_params, "d_params")
         return FinetuneState(
             jnp.zeros((), jnp.int32), g_params, opt_g.init(g_params), d_params,
             opt_d.init(d_params), g_params, key,
@@ -471,6 +547,8 @@ def make_finetuner(
 
     def step(state, x=None):
         _no_input(x, "Finetuner")
+        _checks.check_instance(state, "state", FinetuneState)
+        check_g_params(state.g_params, "state.g_params")
         key = jax.random.fold_in(state.key, state.step)
         k_real, k_z, k_z2, k_kd = jax.random.split(key, 4)
         b = config.batch
@@ -529,7 +607,9 @@ def make_finetuner(
                           config.ema_rampup)  # fmt: skip
         new = state.replace(step=state.step + 1, g_params=g_params, g_opt=g_opt,
                             d_params=d_params, d_opt=d_opt, ema=ema)  # fmt: skip
-        return new, {"loss_g": loss_g, "gan_g": gan_g, "kd": kd, "loss_d": loss_d, "r1": r1}
+        finite = all_finite(loss_g, loss_d, r1, g_params, d_params, ema)
+        metrics = {"loss_g": loss_g, "gan_g": gan_g, "kd": kd, "loss_d": loss_d, "r1": r1}
+        return new, {**metrics, "finite": finite}
 
     return Finetuner(init, step, generate, mask)
 
@@ -551,7 +631,10 @@ def run_loop(
     XLA:CPU), and host-loop runs split into several calls give the same numbers exactly (the
     step's keys come from the state).
     """
+    _checks.check_callable(step, "step")
     n_steps = checks.check_int(n_steps, "n_steps", minimum=0)
+    if scan is not None:
+        _checks.check_bool(scan, "scan")
     if scan is None:
         scan = jax.default_backend() != "cpu"
     if scan:
@@ -566,4 +649,6 @@ def run_loop(
 
 def images_seen(state: FinetuneState | PretrainState, batch: int) -> int:
     """Images consumed so far by the loop that produced ``state``."""
+    _checks.check_instance(state, "state", (FinetuneState, PretrainState))
+    batch = checks.check_int(batch, "batch", minimum=1)
     return int(np.asarray(state.step)) * batch

@@ -54,6 +54,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxlab.core import checks
+from jaxlab.generative.gan_onestep import _checks
+
 __all__ = ["UNet", "UNetConfig"]
 
 LAYOUTS = ("song", "compact")
@@ -89,19 +92,31 @@ class UNetConfig:
     out_channels: int = 1
 
     def __post_init__(self):
-        if not self.channels or any(c < 1 for c in self.channels):
-            raise ValueError(f"UNetConfig: `channels` must be positive ints, got {self.channels}.")
+        if not isinstance(self.channels, tuple | list) or not self.channels:
+            raise ValueError(
+                f"UNetConfig: `channels` must be a non-empty tuple of positive ints, got "
+                f"{self.channels!r}."
+            )
+        for c in self.channels:
+            checks.check_int(c, "channels", minimum=1)
+        checks.check_int(self.groups, "groups", minimum=1)
         bad = [c for c in self.channels if c % self.groups]
         if bad:
             raise ValueError(f"UNetConfig: `groups`={self.groups} must divide channels {bad}.")
-        if self.n_blocks < 1:
-            raise ValueError(f"UNetConfig: `n_blocks` must be >= 1, got {self.n_blocks}.")
-        if self.affine not in AFFINES:
-            raise ValueError(f"UNetConfig: `affine` must be one of {AFFINES}, got {self.affine!r}.")
-        if self.layout not in LAYOUTS:
-            raise ValueError(f"UNetConfig: `layout` must be one of {LAYOUTS}, got {self.layout!r}.")
-        if self.emb_dim is not None and self.emb_dim < 1:
-            raise ValueError(f"UNetConfig: `emb_dim` must be >= 1 or None, got {self.emb_dim}.")
+        checks.check_int(self.n_blocks, "n_blocks", minimum=1)
+        checks.check_int(self.n_heads, "n_heads", minimum=1)
+        if self.attention is not True and self.attention is not False:
+            raise TypeError(f"UNetConfig: `attention` must be a bool, got {self.attention!r}.")
+        if self.attention and self.channels[-1] % self.n_heads:
+            raise ValueError(
+                f"UNetConfig: `n_heads`={self.n_heads} must divide the attention level's "
+                f"channels {self.channels[-1]}."
+            )
+        checks.check_choice(self.affine, "affine", AFFINES)
+        checks.check_choice(self.layout, "layout", LAYOUTS)
+        if self.emb_dim is not None:
+            checks.check_int(self.emb_dim, "emb_dim", minimum=1)
+        checks.check_int(self.out_channels, "out_channels", minimum=1)
 
 
 def _sinusoidal(c_noise: jax.Array, dim: int) -> jax.Array:
@@ -171,7 +186,16 @@ class UNet(nn.Module):
 
     @nn.compact
     def __call__(self, x, c_noise):
-        cfg = self.config
+        cfg = _checks.check_instance(self.config, "config", UNetConfig)
+        _checks.check_images(x, "x", finite=False)
+        scale = 2 ** (len(cfg.channels) - 1)
+        if x.shape[1] % scale or x.shape[2] % scale:
+            raise ValueError(
+                f"`x` images must have H and W divisible by {scale} (one halving per level below "
+                f"the first), got shape {x.shape}."
+            )
+        checks.check_real(c_noise, "c_noise")
+        checks.check_shape(c_noise, "c_noise", (x.shape[0],), "[B] like `x`")
         emb_dim = cfg.emb_dim or 4 * cfg.channels[0]
         emb = _sinusoidal(c_noise, cfg.channels[0])
         emb = nn.silu(nn.Dense(emb_dim, name="map_layer0")(emb))

@@ -28,11 +28,19 @@ from typing import NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
+from jaxlab.core.checks import check_array, check_int, check_key, check_scalar
 from jaxlab.core.nn import MLP
 from jaxlab.core.training import fit, minibatch_epochs
-from jaxlab.probabilistic.gp_vae.model import Component, Covariates
+from jaxlab.probabilistic.gp_vae.model import (
+    Component,
+    Covariates,
+    _check_components,
+    _check_flag,
+    check_covariates,
+)
 
 VY_FLOOR = math.exp(-8)
 
@@ -50,6 +58,23 @@ __all__ = [
 
 def covariate_features(cov: Covariates, n_subjects: int, subject_column: int, new_subjects=False):
     """``[N, Kc + Kd - 1 + P]``: continuous and non-subject categorical covariates, one-hot id."""
+    if not isinstance(cov, Covariates):
+        raise TypeError(f"`cov` must be a Covariates, got {type(cov).__name__}.")
+    n_subjects = check_int(n_subjects, "n_subjects", minimum=1)
+    check_array(cov.continuous, "cov.continuous", ndim=2)
+    check_array(cov.categorical, "cov.categorical", ndim=2, kind="int")
+    subject_column = check_int(
+        subject_column, "subject_column", minimum=0, maximum=np.shape(cov.categorical)[1] - 1
+    )
+    _check_flag(new_subjects, "new_subjects")
+    ids = cov.categorical[:, subject_column]
+    if not isinstance(ids, jax.core.Tracer) and np.size(ids):
+        a = np.asarray(ids)
+        if a.min() < 0 or a.max() >= n_subjects:
+            raise ValueError(
+                f"`cov.categorical` column {subject_column} (the subject id) must lie in "
+                f"[0, n_subjects={n_subjects}); got [{a.min()}, {a.max()}]."
+            )
     others = [j for j in range(cov.categorical.shape[1]) if j != subject_column]
     onehot = jax.nn.one_hot(cov.categorical[:, subject_column], n_subjects)
     if new_subjects:
@@ -87,8 +112,32 @@ class Regression(NamedTuple):
         return self.net.apply(self.params, feats)
 
 
+def _check_fit(key, feats, y, hidden, epochs, batch_size, learning_rate):
+    """The shared checks of the baselines' ``fit_*``; returns the typed key."""
+    key = check_key(key)
+    check_array(y, "y", ndim=2, dims="[N, D]")
+    n = np.shape(y)[0]
+    if n < 1 or np.shape(y)[1] < 1:
+        raise ValueError(f"`y` must be [N, D] with N, D >= 1, got shape {np.shape(y)}.")
+    if feats is not None:
+        check_array(feats, "feats", ndim=2, dims="[N, F]")
+        if np.shape(feats)[0] != n:
+            raise ValueError(f"`feats` must have the N = {n} rows of `y`, got shape "
+                             f"{np.shape(feats)}.")  # fmt: skip
+    if isinstance(hidden, int) or not isinstance(hidden, list | tuple):
+        raise ValueError(f"`hidden` must be a tuple of ints >= 1, got {hidden!r}.")
+    for h in hidden:
+        check_int(h, "hidden", minimum=1)
+    check_int(epochs, "epochs", minimum=0)
+    if batch_size is not None:
+        check_int(batch_size, "batch_size", minimum=1)  # above N: one batch of all rows
+    check_scalar(learning_rate, "learning_rate", 0.0, low_open=True)
+    return key
+
+
 def fit_regression(key, feats, y, hidden=(64, 64), epochs=60, batch_size=128, learning_rate=5e-3):
     """Covariate -> image MLP with squared error. Returns ``(Regression, losses)``."""
+    key = _check_fit(key, feats, y, hidden, epochs, batch_size, learning_rate)
     net = MLP((*hidden, y.shape[1]))
     k_init, k_run = jax.random.split(key)
     params = net.init(k_init, feats[:1])
@@ -140,6 +189,9 @@ def fit_cvae(
     learning_rate=5e-3,
 ):  # fmt: skip
     """Train a :class:`CVAE`. Returns ``(predict(feats) -> [N, D], losses)``."""
+    key = _check_fit(key, feats, y, hidden, epochs, batch_size, learning_rate)
+    check_int(latent_dim, "latent_dim", minimum=1)
+    check_scalar(dropout, "dropout", 0.0, 1.0, high_open=True)
     model = CVAE(latent_dim, y.shape[1], tuple(hidden), dropout)
     k_init, k_run = jax.random.split(key)
     params = model.init({"params": k_init, "dropout": k_init}, y[:1], feats[:1], k_init)
@@ -163,6 +215,18 @@ def exact_kernel(
 ) -> jax.Array:
     """The exact additive kernel ``sum_r k_r(x, x')`` that the basis model approximates:
     ``[N1, N2]``. ``hyper[name] = (log alpha, log l)`` for the SE kinds."""
+    components = _check_components(components)
+    check_covariates(cov1, components)
+    check_covariates(cov2, components)
+    if not isinstance(hyper, dict):
+        raise TypeError(f"`hyper` must be a dict {{name: (log alpha, log l)}}, got "
+                        f"{type(hyper).__name__}.")  # fmt: skip
+    for c in components:
+        if c.has_hyperparameters:
+            if c.name not in hyper or len(hyper[c.name]) != 2:
+                raise ValueError(f"`hyper` needs (log alpha, log l) for component {c.name!r}.")
+            for h in hyper[c.name]:
+                check_array(h, f"hyper[{c.name!r}]", ndim=0)
     k = 0.0
     for c in components:
         if c.kind == "binary":
@@ -219,6 +283,10 @@ def gp_prior_kl(kern: jax.Array, mu: jax.Array, log_sd: jax.Array) -> jax.Array:
     factor ``K = C C^T`` and its triangular inverse: ``diag(K^-1) = colsum(C^-1 ** 2)``,
     ``mu^T K^-1 mu = ||C^-1 mu||^2``. ``O(N^3)``.
     """
+    check_array(mu, "mu", ndim=2, dims="[N, L]")
+    check_array(log_sd, "log_sd", shape=np.shape(mu), dims="[N, L] like `mu`")
+    n = np.shape(mu)[0]
+    check_array(kern, "kern", shape=(n, n), dims="[N, N]")
     n, latent_dim = mu.shape
     chol = jnp.linalg.cholesky(kern)
     chol_inv = jax.scipy.linalg.solve_triangular(chol, jnp.eye(n, dtype=kern.dtype), lower=True)
@@ -245,6 +313,14 @@ def fit_exact_gpvae(
     loss [1])`` is one jitted full-batch epoch (the same ``fit``, one step from a fresh Adam
     state), for timing; ``epochs=0`` only builds it (the model then holds the initial parameters).
     """
+    key = _check_fit(key, None, y, hidden, epochs, None, learning_rate)
+    components = _check_components(components)
+    check_covariates(cov, components)
+    if cov.num_rows != np.shape(y)[0]:
+        raise ValueError(f"`cov` has {cov.num_rows} rows, `y` {np.shape(y)[0]}.")
+    check_int(latent_dim, "latent_dim", minimum=1)
+    check_scalar(jitter, "jitter", 0.0, low_open=True)
+    check_scalar(vy_floor, "vy_floor", 0.0, low_open=True)
     n, d = y.shape
     encoder = MLP((*hidden, 2 * latent_dim))
     decoder = MLP((*hidden, d))

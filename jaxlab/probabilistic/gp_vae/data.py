@@ -21,6 +21,7 @@ from a JAX key; the warps run on the host.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import jax
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.ndimage
 
+from jaxlab.core.checks import check_int, check_key, check_scalar
 from jaxlab.core.data import load_digits
 from jaxlab.probabilistic.gp_vae.model import (
     Component,
@@ -87,8 +89,10 @@ def render(base: np.ndarray, angle: float, shift: float, intensity: float) -> np
 
 def health_digits(key: jax.Array, n_subjects: int, n_times: int = 20, noise: float = 0.05):
     """Simulate ``n_subjects`` subjects with ``n_times`` observations each."""
-    if n_subjects < 1 or n_times < 1:
-        raise ValueError(f"need n_subjects, n_times >= 1; got {n_subjects}, {n_times}.")
+    key = check_key(key)
+    n_subjects = check_int(n_subjects, "n_subjects", minimum=1)
+    n_times = check_int(n_times, "n_times", minimum=1)
+    check_scalar(noise, "noise", 0.0)
     pool, target = load_digits(scale="unit", layout="image", dtype=np.float64)  # [1797, 8, 8]
     keys = jax.random.split(key, 8)
     P, T = n_subjects, n_times
@@ -124,7 +128,14 @@ def splits(data: HealthDigits, key: jax.Array, new_fraction: float = 0.2, future
 
     ``new_fraction`` of the subjects are held out entirely; of the others, the last
     ``future_fraction`` of each subject's time points (times are sorted) form the future set.
+    Raises when the training set would be empty.
     """
+    if not isinstance(data, HealthDigits):
+        raise TypeError(f"`data` must be a HealthDigits (from health_digits), got "
+                        f"{type(data).__name__}.")  # fmt: skip
+    key = check_key(key)
+    check_scalar(new_fraction, "new_fraction", 0.0, 1.0, high_open=True)
+    check_scalar(future_fraction, "future_fraction", 0.0, 1.0, high_open=True)
     P = int(data.subject.max()) + 1
     T = len(data.subject) // P
     perm = np.asarray(jax.random.permutation(key, P))
@@ -133,6 +144,9 @@ def splits(data: HealthDigits, key: jax.Array, new_fraction: float = 0.2, future
     position = np.tile(np.arange(T), P)
     is_future = ~is_new & (position >= T - int(round(future_fraction * T)))
     train = ~is_new & ~is_future
+    if not train.any():
+        raise ValueError(f"`new_fraction`={new_fraction} / `future_fraction`={future_fraction} "
+                         f"leave no training observation ({P} subjects x {T} times).")  # fmt: skip
     return np.flatnonzero(train), np.flatnonzero(is_future), np.flatnonzero(is_new)
 
 
@@ -153,8 +167,9 @@ def health_digits_components(
     ``disease`` (binary), ``t_x_disease`` (SE(t) x disease) and ``t_x_id`` (SE(t) x subject, a
     subject effect). Every SE kind has ``num_basis`` functions on ``[-boundary, boundary]``.
     """
-    if n_subjects < 1:
-        raise ValueError(f"`n_subjects` must be >= 1, got {n_subjects}.")
+    n_subjects = check_int(n_subjects, "n_subjects", minimum=1)
+    if isinstance(exclude, str) or not isinstance(exclude, list | tuple | set | frozenset):
+        raise ValueError(f"`exclude` must be a tuple of component names, got {exclude!r}.")
     unknown = set(exclude) - set(HEALTH_DIGITS_COMPONENTS)
     if unknown:
         raise ValueError(
@@ -187,5 +202,9 @@ def health_digits_config(
     ``dropout``, ``num_particles``, ``local_subject_samples``, ``fused``, ...); ``output_dim``
     defaults to 64, the 8 x 8 pixels.
     """
+    known = {f.name for f in dataclasses.fields(GPVAEConfig)} - {"components"}
+    unknown = sorted(set(fields) - known)
+    if unknown:
+        raise TypeError(f"`fields` {unknown} are not GPVAEConfig fields; known: {sorted(known)}.")
     comps = health_digits_components(n_subjects, num_basis, boundary, exclude)
     return GPVAEConfig(comps, **{"output_dim": 64, **fields})

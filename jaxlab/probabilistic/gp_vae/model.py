@@ -36,11 +36,11 @@ import numpyro.distributions as dist
 from numpyro.contrib.module import flax_module
 
 from jaxlab.core.checks import (
+    check_array,
     check_choice,
-    check_in_range,
     check_int,
-    check_positive,
     check_rank,
+    check_scalar,
     is_concrete,
 )
 from jaxlab.core.nn import MLP
@@ -103,26 +103,41 @@ class Component:
         where = f"component {self.name!r}"
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"`name` must be a non-empty str, got {self.name!r}.")
-        if self.kind not in KINDS:
+        if not isinstance(self.kind, str) or self.kind not in KINDS:
             raise ValueError(f"{where}: `kind` must be one of {KINDS}, got {self.kind!r}.")
         uses_continuous = self.kind in ("se", "se_x_categorical")
         uses_categorical = self.kind != "se"
         for field, needed in (("continuous", uses_continuous), ("categorical", uses_categorical)):
             column = getattr(self, field)
-            if needed and (column is None or isinstance(column, bool) or column < 0):
+            ok = isinstance(column, int | np.integer) and not isinstance(column, bool)
+            if needed and not (ok and column >= 0):
                 raise ValueError(
-                    f"{where}: kind {self.kind!r} needs a column index `{field}` >= 0, got "
-                    f"{column!r}."
+                    f"{where}: kind {self.kind!r} needs a column index `{field}` >= 0 (an int), "
+                    f"got {column!r}."
                 )
+            if not needed and column is not None and not (ok and column >= 0):
+                raise ValueError(f"{where}: `{field}` must be None or an int column index >= 0, "
+                                 f"got {column!r}.")  # fmt: skip
+        if isinstance(self.levels, bool) or not isinstance(self.levels, int | np.integer):
+            raise ValueError(f"{where}: `levels` must be an int, got {self.levels!r}.")
         if self.kind in ("categorical", "se_x_categorical") and self.levels < 1:
             raise ValueError(f"{where}: `levels` must be >= 1, got {self.levels}.")
+        if self.kind == "binary" and self.levels not in (0, 2):
+            raise ValueError(f"{where}: a binary component has `levels` 2, got {self.levels}.")
+        if not isinstance(self.subject, bool):
+            raise ValueError(f"{where}: `subject` must be a bool, got {self.subject!r}.")
         if self.subject and self.kind not in ("categorical", "se_x_categorical"):
             raise ValueError(f"{where}: `subject` needs a one-hot kind, got kind {self.kind!r}.")
         if self.has_hyperparameters:
+            if isinstance(self.num_basis, bool) or not isinstance(self.num_basis, int | np.integer):
+                raise ValueError(f"{where}: `num_basis` must be an int, got {self.num_basis!r}.")
             if self.num_basis < 1:
                 raise ValueError(f"{where}: `num_basis` must be >= 1, got {self.num_basis}.")
-            if not self.boundary > 0:
-                raise ValueError(f"{where}: `boundary` must be > 0, got {self.boundary}.")
+            b = self.boundary
+            if isinstance(b, bool) or not isinstance(b, int | float | np.number):
+                raise ValueError(f"{where}: `boundary` must be a number > 0, got {b!r}.")
+            if not (math.isfinite(b) and b > 0):
+                raise ValueError(f"{where}: `boundary` must be > 0 (finite), got {b}.")
 
     @property
     def has_hyperparameters(self) -> bool:
@@ -247,6 +262,11 @@ class GPVAEConfig:
     local_subject_samples: bool = False
 
     def __post_init__(self):
+        if isinstance(self.components, Component) or not isinstance(self.components, list | tuple):
+            raise ValueError(
+                f"`components` must be a tuple of Component, got "
+                f"{type(self.components).__name__}: {self.components!r:.60}."
+            )
         components = tuple(self.components)
         object.__setattr__(self, "components", components)  # a tuple: hashable, jit-static
         if not components:
@@ -258,14 +278,19 @@ class GPVAEConfig:
             raise ValueError(f"`components` need unique names, got {names}.")
         check_int(self.latent_dim, "latent_dim", minimum=1)
         check_int(self.output_dim, "output_dim", minimum=1)
+        if not isinstance(self.decoder_hidden, list | tuple):
+            raise ValueError(f"`decoder_hidden` must be a tuple of ints >= 1, got "
+                             f"{self.decoder_hidden!r}.")  # fmt: skip
         hidden = tuple(check_int(h, "decoder_hidden", minimum=1) for h in self.decoder_hidden)
         object.__setattr__(self, "decoder_hidden", hidden)
-        check_in_range(self.dropout, "dropout", 0.0, 1.0, high_open=True)
+        check_scalar(self.dropout, "dropout", 0.0, 1.0, high_open=True)
         for name in ("alpha_init", "lengthscale_init", "hyper_scale_init", "vy_floor"):
-            check_positive(getattr(self, name), name)
-        check_positive(self.spectral_jitter, "spectral_jitter", strict=False)
+            check_scalar(getattr(self, name), name, 0.0, low_open=True)
+        check_scalar(self.spectral_jitter, "spectral_jitter", 0.0)
+        if not isinstance(self.objective, str):
+            raise ValueError(f"`objective` must be 'elbo' or 'official', got {self.objective!r}.")
         check_choice(self.objective, "objective", ("elbo", "official"))
-        check_positive(self.kl_weight, "kl_weight", strict=False)
+        check_scalar(self.kl_weight, "kl_weight", 0.0)
         check_int(self.num_particles, "num_particles", minimum=1)
         for name in ("fused", "local_subject_samples"):
             if not isinstance(getattr(self, name), bool):
@@ -283,8 +308,19 @@ def check_covariates(cov: Covariates, components: Sequence[Component]) -> None:
     """Raise ``ValueError`` for unknown categories, times outside ``[-J, J]`` or missing columns.
 
     Shapes are always checked; values only where the arrays are concrete (not traced), so call
-    this at the API boundary.
+    this at the API boundary. Also: ``cov`` a :class:`Covariates` of ``N >= 1`` rows, finite
+    real ``continuous``, int ``categorical``, 0/1 masks, and ``components`` a non-empty sequence
+    of :class:`Component`.
     """
+    if not isinstance(cov, Covariates):
+        raise TypeError(f"`cov` must be a Covariates, got {type(cov).__name__}: {cov!r:.60}.")
+    _check_components(components)
+    for name, field in (("cov.continuous", cov.continuous), ("cov.categorical", cov.categorical)):
+        if not hasattr(field, "shape"):
+            raise TypeError(f"`{name}` must be an array (jax or numpy), got "
+                            f"{type(field).__name__}.")  # fmt: skip
+    check_array(cov.continuous, "cov.continuous")
+    check_array(cov.categorical, "cov.categorical", kind="int")
     check_rank(cov.continuous, "cov.continuous", 2)
     check_rank(cov.categorical, "cov.categorical", 2)
     n, n_cont = np.shape(cov.continuous)
@@ -294,36 +330,97 @@ def check_covariates(cov: Covariates, components: Sequence[Component]) -> None:
             f"`cov.continuous` and `cov.categorical` must be [N, K] with the same N; got "
             f"{np.shape(cov.continuous)} and {np.shape(cov.categorical)}."
         )
+    if n < 1:
+        raise ValueError(f"`cov` must have at least one row (N >= 1), got N = {n}.")
     for name, mask, width in (
         ("cov.continuous_mask", cov.continuous_mask, n_cont),
         ("cov.categorical_mask", cov.categorical_mask, n_cat),
     ):
         if mask is not None and np.shape(mask) != (n, width):
             raise ValueError(f"`{name}` must have shape {(n, width)}, got {np.shape(mask)}.")
+        if mask is not None:
+            _check_mask(mask, name)
     concrete = is_concrete((cov.continuous, cov.categorical))
     cont = np.asarray(cov.continuous) if concrete else None
     cat = np.asarray(cov.categorical) if concrete else None
     for c in components:
         if c.continuous is not None:
             if c.continuous >= n_cont:
-                raise ValueError(f"component {c.name!r}: no continuous column {c.continuous}.")
+                raise ValueError(f"`cov.continuous` has {n_cont} column(s); component {c.name!r} "
+                                 f"needs continuous column {c.continuous}.")  # fmt: skip
             col = None if cont is None else cont[:, c.continuous]
             if col is not None and np.any(np.abs(col) >= c.boundary):
                 raise ValueError(
-                    f"component {c.name!r}: continuous covariate {c.continuous} has values up to "
-                    f"{np.abs(col).max():.3g}, outside the basis domain (-{c.boundary}, "
+                    f"`cov.continuous` column {c.continuous} (component {c.name!r}) has values up "
+                    f"to {np.abs(col).max():.3g}, outside the basis domain (-{c.boundary}, "
                     f"{c.boundary}); increase `boundary`."
                 )
         if c.categorical is not None:
             if c.categorical >= n_cat:
-                raise ValueError(f"component {c.name!r}: no categorical column {c.categorical}.")
+                raise ValueError(f"`cov.categorical` has {n_cat} column(s); component {c.name!r} "
+                                 f"needs categorical column {c.categorical}.")  # fmt: skip
             col = None if cat is None else cat[:, c.categorical]
             if col is not None and (np.any(col < 0) or np.any(col >= c.levels)):
                 bad = col[(col < 0) | (col >= c.levels)][0]
                 raise ValueError(
-                    f"component {c.name!r}: categorical covariate {c.categorical} has the unknown "
-                    f"level {bad}; expected codes in [0, {c.levels})."
+                    f"`cov.categorical` column {c.categorical} (component {c.name!r}) has the "
+                    f"unknown level {bad}; expected codes in [0, {c.levels})."
                 )
+
+
+def _check_components(components) -> tuple[Component, ...]:
+    if isinstance(components, Component | str) or not isinstance(components, Sequence):
+        raise TypeError(f"`components` must be a sequence of Component, got "
+                        f"{type(components).__name__}.")  # fmt: skip
+    if not components or not all(isinstance(c, Component) for c in components):
+        raise ValueError(f"`components` must be a non-empty sequence of Component, got "
+                         f"{components!r:.80}.")  # fmt: skip
+    return tuple(components)
+
+
+def _check_mask(mask, name: str) -> None:
+    """A real or bool 0/1 mask (values checked where concrete)."""
+    dtype = getattr(mask, "dtype", None)
+    if dtype is None:
+        dtype = np.asarray(mask).dtype
+    check_array(mask, name, kind="bool" if np.dtype(dtype) == np.bool_ else "real")
+    if is_concrete(mask):
+        a = np.asarray(jax.device_get(mask))
+        if not np.isin(a, (0, 1)).all():
+            raise ValueError(f"`{name}` must hold 0/1 values, got {np.unique(a)[:6]}.")
+
+
+def _check_weights(weights, components, latent_dim: int | None = None) -> int:
+    """``weights[name]`` of shape ``c.weight_shape(L)`` for every component; returns ``L``."""
+    if not isinstance(weights, dict):
+        raise TypeError(f"`weights` must be a dict {{component name: array}}, got "
+                        f"{type(weights).__name__}.")  # fmt: skip
+    for c in components:
+        if c.name not in weights:
+            raise ValueError(f"`weights` has no entry for component {c.name!r}; it has "
+                             f"{sorted(weights)}.")  # fmt: skip
+        w = weights[c.name]
+        check_array(w, f"weights[{c.name!r}]", kind="float")
+        if latent_dim is None:
+            latent_dim = int(np.shape(w)[-1]) if np.ndim(w) else 0
+        if tuple(np.shape(w)) != c.weight_shape(latent_dim):
+            raise ValueError(f"`weights[{c.name!r}]` must have shape "
+                             f"{c.weight_shape(latent_dim)} (component {c.kind!r}, L = "
+                             f"{latent_dim}), got {tuple(np.shape(w))}.")  # fmt: skip
+    return latent_dim
+
+
+def _check_flag(x, name: str) -> None:
+    if not isinstance(x, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a bool, got {x!r}.")
+
+
+def _check_latent_args(weights, cov, components, new_subjects) -> None:
+    """The checks of :func:`latent` / :func:`latent_dense` / :func:`component_latents`."""
+    components = _check_components(components)
+    check_covariates(cov, components)
+    _check_weights(weights, components)
+    _check_flag(new_subjects, "new_subjects")
 
 
 def _mask(cov: Covariates, c: Component, dtype) -> jax.Array | float:
@@ -352,6 +449,11 @@ def component_latents(
     ``new_subjects`` zeroes the subject components (their prior mean), for subjects not seen in
     training. One-hot components are row gathers ``A_r[c_i]``.
     """
+    _check_latent_args(weights, cov, components, new_subjects)
+    return _component_latents(weights, cov, components, new_subjects)
+
+
+def _component_latents(weights, cov, components, new_subjects):
     out = {}
     for c in components:
         w = weights[c.name]
@@ -390,6 +492,7 @@ def latent(
     feature matrix and contracted with the stacked weights in a single GEMM; categorical
     components are gathers and SE x categorical ones a gather plus a batched contraction.
     """
+    _check_latent_args(weights, cov, components, new_subjects)
     dense = [c for c in components if c.kind in ("se", "binary")]
     rest = [c for c in components if c.kind not in ("se", "binary")]
     some = weights[components[0].name]
@@ -402,7 +505,7 @@ def latent(
             for c in dense
         ]
         z = z + jnp.concatenate(feats, axis=1) @ jnp.concatenate([weights[c.name] for c in dense])
-    for part in component_latents(weights, cov, rest, new_subjects).values():
+    for part in _component_latents(weights, cov, rest, new_subjects).values():
         z = z + part
     return z
 
@@ -417,6 +520,7 @@ def latent_dense(
 
     Same result; kept as the reference for tests and the benchmark baseline.
     """
+    _check_latent_args(weights, cov, components, new_subjects)
     z = 0.0
     for c in components:
         w = weights[c.name]
@@ -440,6 +544,17 @@ def prior_scales(
 ) -> jax.Array:
     """Prior standard deviations of ``A_r``: ``sqrt(S_m + jitter)`` broadcast to the weight shape
     (ones for binary and categorical components)."""
+    if not isinstance(c, Component):
+        raise TypeError(f"`c` must be a Component, got {type(c).__name__}.")
+    latent_dim = check_int(latent_dim, "latent_dim", minimum=1)
+    check_scalar(jitter, "jitter", 0.0)
+    if c.has_hyperparameters:
+        for name, v in (("alpha", alpha), ("lengthscale", lengthscale)):
+            if v is None or isinstance(v, bool | str):
+                raise TypeError(f"`{name}` must be a positive number, got {v!r}.")
+            check_array(v, name, ndim=0)
+            if is_concrete(v) and not float(v) > 0:
+                raise ValueError(f"`{name}` must be > 0, got {float(v)}.")
     shape = c.weight_shape(latent_dim)
     if not c.has_hyperparameters:
         return jnp.ones(shape)
@@ -468,6 +583,8 @@ class GPVAEModel(NamedTuple):
 
 def make_model(cfg: GPVAEConfig) -> GPVAEModel:
     """The NumPyro model and hand-written mean-field guide of DGBFGP for ``cfg``."""
+    if not isinstance(cfg, GPVAEConfig):
+        raise TypeError(f"`cfg` must be a GPVAEConfig, got {type(cfg).__name__}.")
     decoder = cfg.decoder()
     L = cfg.latent_dim
 

@@ -19,8 +19,15 @@ import optax
 from flax import struct
 from numpyro.infer import SVI, TraceMeanField_ELBO
 
-from jaxlab.core.checks import check_int, check_key, check_positive, check_shape
-from jaxlab.probabilistic.gp_vae.model import Covariates, GPVAEModel, check_covariates, latent
+from jaxlab.core.checks import check_array, check_int, check_key, check_scalar, check_shape
+from jaxlab.probabilistic.gp_vae.model import (
+    Covariates,
+    GPVAEModel,
+    _check_flag,
+    _check_mask,
+    check_covariates,
+    latent,
+)
 
 __all__ = ["GPVAEState", "GPVAETrainer", "make_trainer", "posterior_mean_weights", "predict"]
 
@@ -60,8 +67,10 @@ class GPVAETrainer(NamedTuple):
 
     Attributes:
       init: ``init(key, cov, y, y_mask=None) -> GPVAEState``.
-      step: ``step(state, x=None) -> (state, {"loss": []})``: one epoch; ``loss`` is the epoch's
-        mean minibatch negative ELBO divided by ``N``.
+      step: ``step(state, x=None) -> (state, {"loss": [], "finite": []})``: one epoch; ``loss``
+        is the epoch's mean minibatch negative ELBO divided by ``N``; ``finite`` is False when
+        some minibatch loss of the epoch was NaN / inf (the fit diverged: do not read ``loss``
+        or the parameters as a result).
       svi: the ``numpyro.infer.SVI`` (``svi.update`` is one minibatch step).
       n_batches: minibatches per epoch.
     """
@@ -73,6 +82,9 @@ class GPVAETrainer(NamedTuple):
 
     def params(self, state: GPVAEState) -> dict:
         """Constrained variational and decoder parameters."""
+        if not isinstance(state, GPVAEState):
+            raise TypeError(f"`state` must be a GPVAEState (from init), got "
+                            f"{type(state).__name__}.")  # fmt: skip
         return self.svi.get_params(state.svi_state)
 
 
@@ -95,11 +107,14 @@ def make_trainer(
       state; ``step(state, x=None)`` runs one epoch (``x`` must be ``None``: the minibatches come
       from the data in the state).
     """
+    if not isinstance(model, GPVAEModel):
+        raise TypeError(f"`model` must be a GPVAEModel (from make_model), got "
+                        f"{type(model).__name__}.")  # fmt: skip
     n_total = check_int(n_total, "n_total", minimum=1)
     batch_size = check_int(batch_size, "batch_size", minimum=1)
     if batch_size > n_total:
         raise ValueError(f"`batch_size` must be in [1, n_total={n_total}], got {batch_size}.")
-    check_positive(learning_rate, "learning_rate")
+    check_scalar(learning_rate, "learning_rate", 0.0, low_open=True)
     elbo = TraceMeanField_ELBO(num_particles=model.config.num_particles)
     svi = SVI(model.model, model.guide, optax.adam(learning_rate), elbo)
     n_batches = n_total // batch_size
@@ -111,10 +126,14 @@ def make_trainer(
     ) -> GPVAEState:
         key = check_key(key)
         check_covariates(cov, model.config.components)
-        if y.shape != (cov.num_rows, d):
-            raise ValueError(f"`y` must have shape ({cov.num_rows}, {d}), got {y.shape}.")
+        check_array(y, "y", finite=False)
+        if np.shape(y) != (cov.num_rows, d):
+            raise ValueError(f"`y` must have shape ({cov.num_rows}, {d}), got {np.shape(y)}.")
         if y_mask is not None:
             check_shape(y_mask, "y_mask", (cov.num_rows, d), "[N, D]")
+            _check_mask(y_mask, "y_mask")
+        _check_finite_observed(y, y_mask)
+        y = y if isinstance(y, np.ndarray | jax.Array) else jnp.asarray(y)
         if cov.num_rows != n_total:
             raise ValueError(
                 f"the trainer was made for n_total={n_total}, got {cov.num_rows} rows in `cov`."
@@ -137,6 +156,14 @@ def make_trainer(
     def step(state: GPVAEState, x=None) -> tuple[GPVAEState, dict]:
         if x is not None:
             raise ValueError("GPVAETrainer.step: `x` must be None (the data live in the state).")
+        if not isinstance(state, GPVAEState):
+            raise TypeError(f"`state` must be a GPVAEState (from init), got "
+                            f"{type(state).__name__}.")  # fmt: skip
+        if np.shape(state.y) != (n_total, d):
+            raise ValueError(
+                f"`state` was built for another trainer: its `y` has shape "
+                f"{np.shape(state.y)}, this trainer needs ({n_total}, {d})."
+            )
         order = jax.random.permutation(jax.random.fold_in(state.key, state.step), n_total)
         batches = order[: n_batches * batch_size].reshape(n_batches, batch_size)
 
@@ -149,13 +176,65 @@ def make_trainer(
 
         svi_state, losses = jax.lax.scan(body, state.svi_state, batches)
         new = state.replace(svi_state=svi_state, step=state.step + 1)
-        return new, {"loss": jnp.mean(losses) / n_total}
+        return new, {"loss": jnp.mean(losses) / n_total, "finite": jnp.all(jnp.isfinite(losses))}
 
     return GPVAETrainer(init, step, svi, n_batches)
 
 
+def _check_finite_observed(y, y_mask) -> None:
+    """``y`` finite where observed (``y_mask`` 1 or no mask), where concrete."""
+    if not isinstance(y, jax.core.Tracer):
+        a = np.asarray(jax.device_get(y))
+        observed = np.ones(a.shape, bool) if y_mask is None else np.asarray(y_mask).astype(bool)
+        if np.issubdtype(a.dtype, np.floating) and not np.isfinite(a[observed]).all():
+            bad = int((~np.isfinite(a) & observed).sum())
+            raise ValueError(f"`y` must be finite where observed; it has {bad} NaN/inf entries.")
+
+
+def _check_params(model: GPVAEModel, params) -> None:
+    """``params`` (``GPVAETrainer.params(state)``) hold every component's ``w_loc`` of the right
+    shape and the decoder's parameters."""
+    if not isinstance(model, GPVAEModel):
+        raise TypeError(f"`model` must be a GPVAEModel, got {type(model).__name__}.")
+    if not isinstance(params, dict):
+        raise TypeError(f"`params` must be the dict of `GPVAETrainer.params(state)`, got "
+                        f"{type(params).__name__}.")  # fmt: skip
+    cfg = model.config
+    for c in cfg.components:
+        name = f"{c.name}/w_loc"
+        if name not in params:
+            raise ValueError(f"`params` has no {name!r}: not the parameters of this model.")
+        check_array(params[name], f"params[{name!r}]")
+        want = c.weight_shape(cfg.latent_dim)
+        if tuple(np.shape(params[name])) != want:
+            raise ValueError(
+                f"`params[{name!r}]` must have shape {want}, got "
+                f"{tuple(np.shape(params[name]))} (a model of another size)."
+            )
+    if "decoder$params" not in params:
+        raise ValueError("`params` has no 'decoder$params': not the parameters of this model.")
+    for leaf in jax.tree_util.tree_leaves(params["decoder$params"]):
+        check_array(leaf, "params['decoder$params']")
+    z = jax.ShapeDtypeStruct((1, cfg.latent_dim), jnp.float32)
+    try:
+        out = jax.eval_shape(
+            lambda p, z: model.decoder.apply({"params": p}, z, deterministic=True),
+            params["decoder$params"],
+            z,
+        )
+    except Exception as e:  # noqa: BLE001 - flax's own error, re-raised naming the argument
+        raise ValueError(
+            f"`params['decoder$params']` do not fit this model's decoder (L = {cfg.latent_dim} "
+            f"-> {cfg.decoder_hidden} -> D = {cfg.output_dim}): {type(e).__name__}: {e}"[:600]
+        ) from None
+    if tuple(out.shape) != (1, cfg.output_dim):
+        raise ValueError(f"`params['decoder$params']` give outputs of shape {out.shape[1:]}, this "
+                         f"model needs D = {cfg.output_dim}.")  # fmt: skip
+
+
 def posterior_mean_weights(model: GPVAEModel, params: dict) -> dict[str, jax.Array]:
     """``E_q[A_r]`` per component."""
+    _check_params(model, params)
     return {c.name: params[f"{c.name}/w_loc"] for c in model.config.components}
 
 
@@ -167,6 +246,8 @@ def predict(
     ``new_subjects`` sets subject components to their prior mean (0): population-level predictions
     for subjects not seen in training.
     """
+    _check_params(model, params)
     check_covariates(cov, model.config.components)
+    _check_flag(new_subjects, "new_subjects")
     z = latent(posterior_mean_weights(model, params), cov, model.config.components, new_subjects)
     return model.decoder.apply({"params": params["decoder$params"]}, z, deterministic=True)

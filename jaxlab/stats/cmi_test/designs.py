@@ -23,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxlab.stats.cmi_test.nuisance import GaussianGenerator
+from jaxlab.core.checks import check_int, check_key, check_scalar
+from jaxlab.stats.cmi_test.nuisance import GaussianGenerator, _check_name
 
 __all__ = ["SETTINGS", "GaussianDesign", "OracleMean", "gaussian_design"]
 
@@ -67,6 +68,8 @@ class GaussianDesign:
 
     def sample(self, key: jax.Array, n: int) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``(x [n, dx], y [n, 1], z [n, dz])``."""
+        key = check_key(key, "key")
+        n = check_int(n, "n", minimum=1)
         k_zx, k_eps = jax.random.split(key)
         dtype = self.chol.dtype
         zx = jax.random.normal(k_zx, (n, self.chol.shape[0]), dtype) @ self.chol.T
@@ -91,10 +94,16 @@ def gaussian_design(
     setting: str, dz: int = 25, dx: int = 25, rho: float = 0.3, dtype=jnp.float32
 ) -> GaussianDesign:
     """Build a setting of :data:`SETTINGS` (see the module docstring), arrays in ``dtype``."""
-    if setting not in SETTINGS:
-        raise ValueError(f"`setting` must be one of {SETTINGS}, got {setting!r}.")
-    if dz < 2 or dx < 5:
-        raise ValueError(f"need dz >= 2 and dx >= 5, got dz={dz}, dx={dx}.")
+    _check_name(setting, "setting", SETTINGS)
+    dz = check_int(dz, "dz", minimum=2)  # beta_z has two non-zero coordinates
+    dx = check_int(dx, "dx", minimum=5)  # a2_sparse's beta_x has five
+    check_scalar(rho, "rho", -1.0, 1.0, low_open=True, high_open=True)  # Sigma positive definite
+    try:
+        is_float = jnp.issubdtype(np.dtype(dtype), jnp.floating)
+    except TypeError:
+        is_float = False
+    if not is_float:
+        raise TypeError(f"`dtype` must be a float dtype (e.g. jnp.float32), got {dtype!r}.")
     d = dz + dx
     idx = np.arange(d)
     sigma = rho ** np.abs(idx[:, None] - idx[None, :])

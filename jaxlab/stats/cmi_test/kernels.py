@@ -17,6 +17,8 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 
+from jaxlab.core.checks import check_choice
+
 __all__ = [
     "Kernel",
     "kernel_from_distance",
@@ -29,6 +31,13 @@ __all__ = [
 ]
 
 Kernel = Literal["laplace", "gaussian"]
+KERNEL_NAMES = ("laplace", "gaussian")
+
+
+def _check_kernel(kernel) -> None:
+    if not isinstance(kernel, str):
+        raise ValueError(f"`kernel` must be one of {KERNEL_NAMES}, got {kernel!r:.60}.")
+    check_choice(kernel, "kernel", KERNEL_NAMES)
 
 
 def masked_moments(a: jax.Array, mask: jax.Array, eps: float = 1e-12):
@@ -90,6 +99,7 @@ l1_distance.defvjp(_l1_fwd, _l1_bwd)
 def pairwise_distance(a: jax.Array, b: jax.Array, kernel: Kernel) -> jax.Array:
     """``D[i, j] = ||a_i - b_j||_1`` (Laplace, :func:`l1_distance`) or ``||a_i - b_j||_2^2``
     (Gaussian, through one matmul); ``[n, m]``."""
+    _check_kernel(kernel)
     if kernel == "laplace":
         return l1_distance(a, b)
     sq = jnp.sum(a * a, -1)[:, None] + jnp.sum(b * b, -1)[None, :] - 2.0 * a @ b.T
@@ -107,6 +117,7 @@ def median_bandwidth(dist: jax.Array, mask: jax.Array, kernel: Kernel) -> jax.Ar
     Only off-diagonal pairs of rows with ``mask`` count: the zeros on the diagonal would pull the
     median down. Laplace: the median L1 distance; Gaussian: 2 x the median squared distance.
     """
+    _check_kernel(kernel)
     n = dist.shape[0]
     pair = mask[:, None] & mask[None, :] & ~jnp.eye(n, dtype=bool)
     med = masked_median(dist, pair)

@@ -37,7 +37,7 @@ import numpy as np
 import optax
 from flax import struct
 
-from jaxlab.core.checks import check_choice, check_in_range, check_int, check_positive
+from jaxlab.core.checks import check_array, check_choice, check_int, check_key, check_scalar
 from jaxlab.core.nn import MLP
 from jaxlab.core.training import fit
 from jaxlab.stats.cmi_test import kernels as K
@@ -71,8 +71,38 @@ Params = Any
 
 
 def _check_finite_scalar(value, name: str) -> None:
-    if not np.isfinite(float(value)):
-        raise ValueError(f"`{name}` must be finite, got {value!r}.")
+    check_scalar(value, name)
+
+
+def _check_name(value, name: str, choices) -> str:
+    """``value`` is one of the strings ``choices`` (an array or list gets the same clear error)."""
+    if not isinstance(value, str):
+        raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r:.60}.")
+    return check_choice(value, name, choices)
+
+
+def _is_placeholder(value) -> bool:
+    """What JAX may put in a pytree child's place when it unflattens (``None``, a sentinel
+    ``object()``, an axis number, an array, a tracer, a shape): not checked as a fitter."""
+    return (
+        value is None
+        or type(value) is object
+        or (isinstance(value, int) and not isinstance(value, bool))
+        or isinstance(value, jax.Array | jax.ShapeDtypeStruct)
+    )
+
+
+def _check_methods(fitter, name: str, method: str) -> None:
+    """``fitter`` has callable ``fit`` and ``method`` (``"sample"`` or ``"predict"``); skipped for
+    the placeholders of unflattening (``__post_init__`` runs then too); :func:`cmi_test` checks
+    its fitters again at the call."""
+    if _is_placeholder(fitter):
+        return
+    if not (callable(getattr(fitter, "fit", None)) and callable(getattr(fitter, method, None))):
+        raise TypeError(
+            f"`{name}` must be a fitter with `fit` and `{method}` methods (see "
+            f"jaxlab.stats.cmi_test.nuisance), got {type(fitter).__name__}: {fitter!r:.60}."
+        )
 
 
 def _check_bool(value, name: str) -> None:
@@ -82,19 +112,19 @@ def _check_bool(value, name: str) -> None:
 
 def _check_adamw(fitter) -> None:
     """The shared optimiser fields ``lr``, ``b1``, ``b2``, ``weight_decay``, ``decay``, ``clip``."""
-    check_choice(fitter.decay, "decay", ("coupled", "decoupled"))
-    check_positive(fitter.lr, "lr")
-    check_in_range(fitter.b1, "b1", 0.0, 1.0, high_open=True)
-    check_in_range(fitter.b2, "b2", 0.0, 1.0, high_open=True)
-    check_positive(fitter.weight_decay, "weight_decay", strict=False)
-    check_positive(fitter.clip, "clip")
+    _check_name(fitter.decay, "decay", ("coupled", "decoupled"))
+    check_scalar(fitter.lr, "lr", 0.0, low_open=True)
+    check_scalar(fitter.b1, "b1", 0.0, 1.0, high_open=True)
+    check_scalar(fitter.b2, "b2", 0.0, 1.0, high_open=True)
+    check_scalar(fitter.weight_decay, "weight_decay", 0.0)
+    check_scalar(fitter.clip, "clip", 0.0, low_open=True)
 
 
 def _check_network(fitter) -> None:
     """The shared network fields ``hidden``, ``slope``, ``dropout`` and the ``steps``."""
     check_int(fitter.hidden, "hidden", minimum=1)
     _check_finite_scalar(fitter.slope, "slope")
-    check_in_range(fitter.dropout, "dropout", 0.0, 1.0, high_open=True)
+    check_scalar(fitter.dropout, "dropout", 0.0, 1.0, high_open=True)
     check_int(fitter.steps, "steps", minimum=0)
 
 
@@ -127,7 +157,26 @@ class GaussianConditional(NamedTuple):
     chol: jax.Array
 
 
+def _check_fit_data(t, z, w, t_name: str) -> None:
+    """Training data of a fitter: ``t [n, d]``, ``z [n, dz]``, weights ``w [n]`` (static shapes;
+    finite where concrete)."""
+    check_array(t, t_name, ndim=2)
+    n = np.shape(t)[0]
+    check_array(z, "z", ndim=2)
+    check_array(z, "z", shape=(n, None), dims="[n, dz]")
+    check_array(w, "w", shape=(n,), dims="[n]")
+
+
+def _check_inputs(z, dz: int) -> None:
+    """Evaluation rows ``z [m, dz]`` of a fitted nuisance whose parameters expect ``dz`` columns."""
+    check_array(z, "z", ndim=2)
+    check_array(z, "z", shape=(None, dz), dims=f"[m, dz = {dz} (the fitted width)]")
+
+
 def _gaussian_sample(p: GaussianConditional, key, z, num_samples):
+    _check_inputs(z, np.shape(p.coef)[1])
+    key = check_key(key, "key")
+    num_samples = check_int(num_samples, "num_samples", minimum=1)
     mean = p.intercept[None, :] + z @ p.coef.T  # [m, dx]
     eta = jax.random.normal(key, (z.shape[0], num_samples, p.chol.shape[0]), z.dtype)
     return mean[:, None, :] + eta @ p.chol.T
@@ -189,11 +238,12 @@ class LinearGaussianGenerator:
     jitter: float = struct.field(pytree_node=False, default=1e-6)
 
     def __post_init__(self):
-        check_positive(self.ridge, "ridge", strict=False)
-        check_positive(self.jitter, "jitter", strict=False)
+        check_scalar(self.ridge, "ridge", 0.0)
+        check_scalar(self.jitter, "jitter", 0.0)
 
     def fit(self, key, x, z, w) -> GaussianConditional:
         del key
+        _check_fit_data(x, z, w, "x")
         intercept, coef, resid = weighted_lstsq(z, x, w, self.ridge)
         dof = jnp.maximum(w.sum() - z.shape[1] - 1.0, 1.0)
         cov = (resid * w[:, None]).T @ resid / dof
@@ -217,6 +267,7 @@ class LinearMean:
 
     def predict(self, params, z):
         intercept, coef = params
+        _check_inputs(z, np.shape(coef)[1])
         return intercept[None, :] + z @ coef.T
 
 
@@ -236,6 +287,7 @@ class SoftmaxMean:
 
     def predict(self, params, z):
         del params
+        _check_inputs(z, np.shape(self.weight)[0])
         return jax.nn.softmax(z @ self.weight + self.bias[None, :], -1)
 
 
@@ -250,15 +302,17 @@ class RidgeRegressor:
     alpha: float = struct.field(pytree_node=False, default=1.0)
 
     def __post_init__(self):
-        check_positive(self.alpha, "alpha", strict=False)
+        check_scalar(self.alpha, "alpha", 0.0)
 
     def fit(self, key, y, z, w):
         del key
+        _check_fit_data(y, z, w, "y")
         intercept, coef, _ = weighted_lstsq(z, y, w, self.alpha)
         return (intercept, coef)
 
     def predict(self, params, z):
         intercept, coef = params
+        _check_inputs(z, np.shape(coef)[1])
         return intercept[None, :] + z @ coef.T
 
 
@@ -282,6 +336,7 @@ class PerturbedRegressor:
     direction: tuple[float, ...] | None = struct.field(pytree_node=False, default=None)
 
     def __post_init__(self):
+        _check_methods(self.base, "base", "predict")
         _check_finite_scalar(self.amplitude, "amplitude")
         if self.direction is not None:
             if not isinstance(self.direction, tuple) or not self.direction:
@@ -317,6 +372,7 @@ class PerturbedGenerator:
     amplitude: float = struct.field(pytree_node=False, default=0.0)
 
     def __post_init__(self):
+        _check_methods(self.base, "base", "sample")
         _check_finite_scalar(self.amplitude, "amplitude")
 
     def fit(self, key, x, z, w):
@@ -328,6 +384,25 @@ class PerturbedGenerator:
 
 
 # ---- the centred kernel form shared by the statistic and the GMMN loss ---------------------------
+
+
+def _is_bool(a) -> bool:
+    dtype = getattr(a, "dtype", None)
+    return dtype is not None and dtype == np.bool_
+
+
+def _check_kernel_inputs(x, xt, kernel, *, bandwidth, bandwidth_name: str = "bandwidth") -> None:
+    """``x [n, dx]`` and ``xt [n, M, dx]`` (finite where concrete), a kernel, a bandwidth > 0."""
+    _check_name(kernel, "kernel", ("laplace", "gaussian"))
+    check_array(x, "x", ndim=2)
+    n, dx = np.shape(x)
+    if n < 1 or dx < 1:
+        raise ValueError(f"`x` must be [n, dx] with n, dx >= 1, got shape {np.shape(x)}.")
+    check_array(xt, "xt", ndim=3)
+    check_array(xt, "xt", shape=(n, None, dx), dims="[n, M, dx]")
+    if np.shape(xt)[1] < 1:
+        raise ValueError(f"`xt` must hold at least one draw per row, got shape {np.shape(xt)}.")
+    check_scalar(bandwidth, bandwidth_name, 0.0, low_open=True)
 
 
 def centred_gram(
@@ -354,6 +429,13 @@ def centred_gram(
       standardise_mask: if given, each draw ``xt[:, m]`` is standardised over these rows first
         (the statistic's per-fold, per-m standardisation).
     """
+    _check_kernel_inputs(x, xt, kernel, bandwidth=bandwidth)
+    n = np.shape(x)[0]
+    if kxx is not None:
+        check_array(kxx, "kxx", shape=(n, n), dims="[n, n]", finite=False)
+    if standardise_mask is not None:
+        check_array(standardise_mask, "standardise_mask", shape=(n,), dims="[n]",
+                    kind="bool" if _is_bool(standardise_mask) else "real")  # fmt: skip
     if kxx is None:
         kxx = K.kernel_from_distance(K.pairwise_distance(x, x, kernel), bandwidth)
 
@@ -386,6 +468,12 @@ def conditional_mmd(
     laws of ``(X, Z)`` and ``(X~, Z)`` under the product kernel ``k_X k_Z``, and is minimised (in
     expectation, up to the constant ``k(x, x)`` term) by the true conditional law.
     """
+    _check_kernel_inputs(x, xt, kernel, bandwidth=bandwidth_x, bandwidth_name="bandwidth_x")
+    n = np.shape(x)[0]
+    check_array(z, "z", ndim=2)
+    check_array(z, "z", shape=(n, None), dims="[n, dz]")
+    check_array(w, "w", shape=(n,), dims="[n]")
+    check_scalar(bandwidth_z, "bandwidth_z", 0.0, low_open=True)
     u = centred_gram(x, xt, bandwidth_x, kernel)
     wz = K.kernel_from_distance(K.pairwise_distance(z, z, kernel), bandwidth_z)
     n = x.shape[0]
@@ -504,14 +592,14 @@ class GMMNGenerator:
         _check_network(self)
         _check_bool(self.standardise, "standardise")
         check_int(self.noise_dim, "noise_dim", minimum=1)
-        check_positive(self.noise_std, "noise_std")
+        check_scalar(self.noise_std, "noise_std", 0.0, low_open=True)
         check_int(self.train_samples, "train_samples", minimum=1)
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size", minimum=1)
-        check_choice(self.batching, "batching", ("epoch", "draw"))
+        _check_name(self.batching, "batching", ("epoch", "draw"))
         _check_adamw(self)
         for name in ("lambda_gaussian", "lambda_laplace", "lambda_l1"):
-            check_positive(getattr(self, name), name, strict=False)
+            check_scalar(getattr(self, name), name, 0.0)
 
     def network(self, out_dim: int) -> MLP:
         return _hidden_mlp(out_dim, self.hidden, self.slope, self.dropout)
@@ -540,6 +628,8 @@ class GMMNGenerator:
         )
 
     def fit(self, key, x, z, w) -> ScaledNet:
+        _check_fit_data(x, z, w, "x")
+        key = check_key(key, "key")
         out_dim = x.shape[1]
         z_mean, z_sd = K.masked_moments(z, w)
         x_mean, x_sd = K.masked_moments(x, w)
@@ -616,6 +706,9 @@ class GMMNGenerator:
         return params
 
     def sample(self, params: ScaledNet, key, z, num_samples):
+        _check_inputs(z, np.shape(params.in_mean)[0])
+        key = check_key(key, "key")
+        num_samples = check_int(num_samples, "num_samples", minimum=1)
         zs = (z - params.in_mean[None, :]) / params.in_sd[None, :]
         eta = self.noise_std * jax.random.normal(
             key, (z.shape[0], num_samples, self.noise_dim), z.dtype
@@ -651,13 +744,15 @@ class MLPRegressor:
 
     def __post_init__(self):
         _check_network(self)
-        check_positive(self.l1, "l1", strict=False)
+        check_scalar(self.l1, "l1", 0.0)
         _check_adamw(self)
 
     def network(self, out_dim: int) -> MLP:
         return _hidden_mlp(out_dim, self.hidden, self.slope, self.dropout)
 
     def fit(self, key, y, z, w) -> ScaledNet:
+        _check_fit_data(y, z, w, "y")
+        key = check_key(key, "key")
         z_mean, z_sd = K.masked_moments(z, w)
         y_mean, y_sd = K.masked_moments(y, w)
         zs, ys = (z - z_mean[None, :]) / z_sd[None, :], (y - y_mean[None, :]) / y_sd[None, :]
@@ -676,6 +771,7 @@ class MLPRegressor:
         return ScaledNet(params, z_mean, z_sd, y_mean, y_sd)
 
     def predict(self, params: ScaledNet, z):
+        _check_inputs(z, np.shape(params.in_mean)[0])
         zs = (z - params.in_mean[None, :]) / params.in_sd[None, :]
         out = self.network(params.out_mean.shape[0]).apply({"params": params.net}, zs)
         return params.out_mean[None, :] + params.out_sd[None, :] * out
@@ -713,13 +809,14 @@ class SoftmaxRegressor:
     standardise: bool = struct.field(pytree_node=False, default=True)
 
     def __post_init__(self):
-        check_positive(self.l2, "l2", strict=False)
+        check_scalar(self.l2, "l2", 0.0)
         check_int(self.steps, "steps", minimum=0)
-        check_positive(self.lr, "lr")
+        check_scalar(self.lr, "lr", 0.0, low_open=True)
         _check_bool(self.standardise, "standardise")
 
     def fit(self, key, y, z, w) -> SoftmaxParams:
         del key
+        _check_fit_data(y, z, w, "y")
         z_mean, z_sd = K.masked_moments(z, w)
         if not self.standardise:
             z_mean, z_sd = jnp.zeros_like(z_mean), jnp.ones_like(z_sd)
@@ -736,6 +833,7 @@ class SoftmaxRegressor:
         return SoftmaxParams(*params, z_mean, z_sd)
 
     def predict(self, params: SoftmaxParams, z):
+        _check_inputs(z, np.shape(params.weight)[0])
         zs = (z - params.z_mean[None, :]) / params.z_sd[None, :]
         return jax.nn.softmax(zs @ params.weight + params.bias[None, :], -1)
 
@@ -766,11 +864,16 @@ class ColumnBlocks:
         for i, size in enumerate(self.sizes):
             check_int(size, f"sizes[{i}]", minimum=1)
         # `regressors` is a pytree child: on unflattening it may hold placeholders, not a tuple
-        if isinstance(self.regressors, tuple | list) and len(self.regressors) != len(self.sizes):
-            raise ValueError(
-                f"`regressors` and `sizes` must have the same length, got {len(self.regressors)} "
-                f"and {len(self.sizes)}."
-            )
+        if isinstance(self.regressors, tuple | list):
+            if len(self.regressors) != len(self.sizes):
+                raise ValueError(
+                    f"`regressors` and `sizes` must have the same length, got "
+                    f"{len(self.regressors)} and {len(self.sizes)}."
+                )
+            for i, reg in enumerate(self.regressors):
+                _check_methods(reg, f"regressors[{i}]", "predict")
+        elif isinstance(self.regressors, str | float | np.ndarray):
+            raise TypeError(f"`regressors` must be a tuple of regressors, got {self.regressors!r}.")
 
     def _split(self, y):
         edges = np.cumsum((0, *self.sizes))

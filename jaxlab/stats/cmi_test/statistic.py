@@ -41,10 +41,29 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxlab.core import sharding
-from jaxlab.core.checks import check_choice, check_finite, check_int
+from jaxlab.core.checks import (
+    check_array,
+    check_finite,
+    check_int,
+    check_key,
+    check_real,
+    is_concrete,
+)
 from jaxlab.core.training import map_in_chunks
 from jaxlab.stats.cmi_test import kernels as K
-from jaxlab.stats.cmi_test.nuisance import Generator, Regressor, centred_gram
+from jaxlab.stats.cmi_test.designs import OracleMean
+from jaxlab.stats.cmi_test.nuisance import (
+    ColumnBlocks,
+    GaussianGenerator,
+    Generator,
+    LinearMean,
+    PerturbedGenerator,
+    PerturbedRegressor,
+    Regressor,
+    SoftmaxMean,
+    _check_name,
+    centred_gram,
+)
 
 __all__ = [
     "KERNELS",
@@ -93,16 +112,126 @@ class CMIConfig:
         check_int(self.folds, "folds", minimum=2)  # cross-fitting needs two folds
         check_int(self.num_samples, "num_samples", minimum=1)
         check_int(self.num_boot, "num_boot", minimum=1)
-        check_choice(self.kernel, "kernel", KERNELS)
-        check_choice(self.multiplier, "multiplier", MULTIPLIERS)
+        _check_name(self.kernel, "kernel", KERNELS)
+        _check_name(self.multiplier, "multiplier", MULTIPLIERS)
 
 
 class TestResult(NamedTuple):
-    """A test's statistic, its bootstrap p-value and the bootstrap draws ``[B]``."""
+    """A test's statistic, its bootstrap p-value, the bootstrap draws ``[B]`` and ``finite``.
+
+    ``finite`` is false when the statistic or a bootstrap draw is NaN / inf (e.g. a singular
+    nuisance fit on a constant column); the p-value is then NaN, never a number read as a result.
+    """
 
     statistic: jax.Array
     p_value: jax.Array
     bootstrap: jax.Array
+    finite: jax.Array
+
+
+def _result(stat: jax.Array, boot: jax.Array, tail: jax.Array) -> TestResult:
+    """The result with ``p = mean(tail)``, or NaN (``finite`` false) if anything is non-finite."""
+    finite = jnp.isfinite(stat) & jnp.all(jnp.isfinite(boot))
+    return TestResult(stat, jnp.where(finite, jnp.mean(tail), jnp.nan), boot, finite)
+
+
+# ---- argument checks (static shapes under jit; values where concrete) ----------------------------
+
+
+def _check_config(config) -> None:
+    if not isinstance(config, CMIConfig):
+        raise TypeError(f"`config` must be a CMIConfig, got {type(config).__name__}.")
+
+
+def _check_mesh(mesh, num_boot: int) -> None:
+    if mesh is None:
+        return
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"`mesh` must be a jax.sharding.Mesh or None, got {type(mesh).__name__}.")
+    if sharding.DATA_AXIS not in mesh.axis_names:
+        raise ValueError(
+            f"`mesh` must have a {sharding.DATA_AXIS!r} axis, got axes {mesh.axis_names}."
+        )
+    sharding.check_divisible(num_boot, mesh, "config.num_boot")
+
+
+def _check_mask_rows(mask, name: str) -> None:
+    """Every fold of a concrete ``mask [..., n_e]`` marks at least two rows (a U-statistic over
+    pairs; one row gives ``T = 0`` and a p-value of 0, read as a rejection)."""
+    if is_concrete(mask):
+        counts = np.asarray(jax.device_get(mask)).sum(-1).reshape(-1)
+        if counts.size and counts.min() < 2:
+            raise ValueError(
+                f"`{name}` must mark at least 2 rows in every fold, got counts {counts.tolist()}."
+            )
+
+
+def _check_bool(value, name: str) -> None:
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"`{name}` must be a bool, got {value!r} ({type(value).__name__}).")
+
+
+def _check_fitter(fitter, name: str, role: str, out_dim: int, dz: int) -> None:
+    """``fitter`` is a generator (``fit`` + ``sample``) or a regressor (``fit`` + ``predict``), and
+    the arrays of the library's fixed fitters (oracles, known means) fit ``out_dim`` outputs from
+    ``dz`` inputs (finite where concrete); wrappers and blocks are checked recursively."""
+    method = "sample" if role == "generator" else "predict"
+    if not (callable(getattr(fitter, "fit", None)) and callable(getattr(fitter, method, None))):
+        raise TypeError(
+            f"`{name}` must be a {role} with `fit` and `{method}` methods (see "
+            f"jaxlab.stats.cmi_test.nuisance), got {type(fitter).__name__}."
+        )
+    shapes = {}
+    if isinstance(fitter, GaussianGenerator):
+        shapes = {"intercept": (out_dim,), "coef": (out_dim, dz), "chol": (out_dim, out_dim)}
+    elif isinstance(fitter, LinearMean):
+        shapes = {"intercept": (out_dim,), "coef": (out_dim, dz)}
+    elif isinstance(fitter, SoftmaxMean):
+        shapes = {"weight": (dz, out_dim), "bias": (out_dim,)}
+    elif isinstance(fitter, OracleMean):
+        if out_dim != 1:
+            raise ValueError(f"`{name}` (an OracleMean) predicts one column; `y` has {out_dim}.")
+        dx = np.shape(fitter.beta_x)[0] if np.ndim(fitter.beta_x) == 1 else -1
+        shapes = {"beta_z": (dz,), "beta_x": (dx,), "coef": (dx, dz), "cond_cov": (dx, dx)}
+    elif isinstance(fitter, PerturbedGenerator | PerturbedRegressor):
+        _check_fitter(fitter.base, f"{name}.base", role, out_dim, dz)
+        direction = getattr(fitter, "direction", None)
+        if direction is not None and len(direction) > dz:
+            raise ValueError(
+                f"`{name}.direction` has {len(direction)} weights but `z` has {dz} columns."
+            )
+    elif isinstance(fitter, ColumnBlocks):
+        if sum(fitter.sizes) != out_dim:
+            raise ValueError(
+                f"`{name}.sizes` {fitter.sizes} must sum to y's {out_dim} columns, got "
+                f"{sum(fitter.sizes)}."
+            )
+        for i, (reg, size) in enumerate(zip(fitter.regressors, fitter.sizes, strict=True)):
+            _check_fitter(reg, f"{name}.regressors[{i}]", role, size, dz)
+    for field, shape in shapes.items():
+        check_array(getattr(fitter, field), f"{name}.{field}", shape=shape)
+
+
+def _check_folds(folds, name: str = "folds", *, centred: bool = True) -> None:
+    """A :class:`FoldData` with consistent shapes (``x_tilde`` only if ``centred``)."""
+    if not isinstance(folds, FoldData):
+        raise TypeError(f"`{name}` must be a FoldData (see cross_fit), got {type(folds).__name__}.")
+    check_array(folds.x, f"{name}.x", ndim=3)
+    k, n, dx = np.shape(folds.x)
+    if k < 1 or n < 2 or dx < 1:
+        raise ValueError(f"`{name}.x` must be [K, n_e, dx] with n_e >= 2, got {np.shape(folds.x)}.")
+    check_array(folds.y, f"{name}.y", ndim=3)
+    check_array(folds.y, f"{name}.y", shape=(k, n, None), dims="[K, n_e, dy]")
+    check_array(folds.m_hat, f"{name}.m_hat", shape=np.shape(folds.y), dims="[K, n_e, dy]")
+    check_array(folds.z, f"{name}.z", ndim=3)
+    check_array(folds.z, f"{name}.z", shape=(k, n, None), dims="[K, n_e, dz]")
+    if centred:
+        check_array(folds.x_tilde, f"{name}.x_tilde", ndim=4)
+        check_array(
+            folds.x_tilde, f"{name}.x_tilde", shape=(k, n, None, dx), dims="[K, n_e, M, dx]"
+        )
+    check_array(folds.mask, f"{name}.mask", shape=(k, n), dims="[K, n_e]", kind="bool")
+    _check_mask_rows(folds.mask, f"{name}.mask")
 
 
 class FoldData(NamedTuple):
@@ -129,8 +258,12 @@ def fold_indices(n: int, folds: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
       ``(eval_idx [K, n_e], eval_mask [K, n_e], train_idx [K, n_t], train_mask [K, n_t])`` with
       ``n_e = ceil(n / K)`` and ``n_t = n - floor(n / K)``; padded slots hold index 0, mask False.
     """
-    if folds < 2 or n < 2 * folds:
-        raise ValueError(f"need folds >= 2 and n >= 2 * folds, got n={n}, folds={folds}.")
+    folds = check_int(folds, "folds", minimum=2)
+    n = check_int(n, "n", minimum=1)
+    if n < 2 * folds:
+        raise ValueError(
+            f"`n` must be >= 2 * `folds` = {2 * folds} (two rows per fold), got n = {n}."
+        )
     blocks = np.array_split(np.arange(n), folds)
     n_e, n_t = -(-n // folds), n - n // folds
     eval_idx = np.zeros((folds, n_e), np.int32)
@@ -152,6 +285,18 @@ def cross_fit(
     The fitters see only the complement's rows (gathered, with 0/1 weights for padding), so fold
     ``k``'s nuisances never see fold ``k``. Arrays must already be 2-D (see :func:`cmi_test`).
     """
+    _check_config(config)
+    for a, name in ((x, "x"), (y, "y"), (z, "z")):
+        check_array(a, name, ndim=2)
+        if np.shape(a)[1] < 1:
+            raise ValueError(f"`{name}` must have at least one column, got shape {np.shape(a)}.")
+    if not np.shape(x)[0] == np.shape(y)[0] == np.shape(z)[0]:
+        raise ValueError(
+            f"`x`, `y` and `z` sample counts differ: {np.shape(x)}, {np.shape(y)}, {np.shape(z)}."
+        )
+    key = check_key(key, "key")
+    _check_fitter(generator, "generator", "generator", np.shape(x)[1], np.shape(z)[1])
+    _check_fitter(regressor, "regressor", "regressor", np.shape(y)[1], np.shape(z)[1])
     eval_idx, eval_mask, train_idx, train_mask = fold_indices(x.shape[0], config.folds)
     w = jnp.asarray(train_mask, x.dtype)
     k_gen, k_reg, k_smp = jax.random.split(key, 3)
@@ -172,6 +317,14 @@ def response_blocks(folds: FoldData, sizes: Sequence[int]) -> tuple[FoldData, ..
     of ``y`` and ``m_hat`` (``e = cumsum((0, *sizes))``): several responses tested on one
     generator fit, e.g. with a :class:`~jaxlab.stats.cmi_test.nuisance.ColumnBlocks` regressor.
     """
+    if isinstance(sizes, str) or not isinstance(sizes, Sequence):
+        raise TypeError(f"`sizes` must be a sequence of ints, got {sizes!r}.")
+    for i, size in enumerate(sizes):
+        check_int(size, f"sizes[{i}]", minimum=1)
+    if not isinstance(folds, FoldData):
+        raise TypeError(f"`folds` must be a FoldData (see cross_fit), got {type(folds).__name__}.")
+    check_array(folds.y, "folds.y", ndim=3)
+    check_array(folds.m_hat, "folds.m_hat", shape=np.shape(folds.y))
     edges = np.cumsum((0, *sizes))
     if len(sizes) == 0 or min(sizes) < 1 or edges[-1] != folds.y.shape[-1]:
         raise ValueError(
@@ -191,6 +344,22 @@ def fold_matrix(
 
     ``centred=False`` gives the naive statistic's ``U = k(x, x)`` (``x_tilde`` unused).
     """
+    _check_name(kernel, "kernel", KERNELS)
+    _check_bool(centred, "centred")
+    check_array(x, "x", ndim=2)
+    n, dx = np.shape(x)
+    if n < 2 or dx < 1:
+        raise ValueError(f"`x` must be [n, dx] with n >= 2 and dx >= 1, got shape {np.shape(x)}.")
+    if centred:
+        check_array(x_tilde, "x_tilde", ndim=3)
+        check_array(x_tilde, "x_tilde", shape=(n, None, dx), dims="[n, M, dx]")
+    check_array(y, "y", ndim=2)
+    check_array(y, "y", shape=(n, None), dims="[n, dy]")
+    check_array(m_hat, "m_hat", shape=np.shape(y), dims="[n, dy]")
+    check_array(z, "z", ndim=2)
+    check_array(z, "z", shape=(n, None), dims="[n, dz]")
+    check_array(mask, "mask", shape=(n,), dims="[n]", kind="bool")
+    _check_mask_rows(mask, "mask")
     xs, zs = K.standardise(x, mask), K.standardise(z, mask)
     _, y_sd = K.masked_moments(y, mask)
     r = (y - m_hat) / y_sd[None, :]
@@ -221,6 +390,14 @@ def bootstrap_draws(
     Returns:
       ``(T, T_boot [B])`` with ``T = mean_k T_k`` and ``T_boot = mean_k e_k^T F_k e_k / (n_k - 1)``.
     """
+    _check_config(config)
+    check_array(f, "f", ndim=3)
+    if np.shape(f)[1] != np.shape(f)[2]:
+        raise ValueError(f"`f` must be [K, n_e, n_e] fold matrices, got shape {np.shape(f)}.")
+    check_array(mask, "mask", shape=np.shape(f)[:2], dims="[K, n_e]", kind="bool")
+    _check_mask_rows(mask, "mask")
+    key = check_key(key, "key")
+    _check_mesh(mesh, config.num_boot)
     kf, n_e, _ = f.shape
     shape = (kf, config.num_boot, n_e)
     if config.multiplier == "rademacher":
@@ -237,10 +414,15 @@ def bootstrap_draws(
 def kernel_test_from_folds(
     folds: FoldData, key, config: CMIConfig, centred: bool = True, mesh: Mesh | None = None
 ) -> TestResult:
-    """The centred (``"cmi"``) or naive kernel test from fitted folds."""
+    """The centred (``"cmi"``) or naive kernel test from fitted folds (``p_value`` NaN and
+    ``finite`` false if the statistic or a draw is not finite)."""
+    _check_config(config)
+    _check_bool(centred, "centred")
+    _check_folds(folds, centred=centred)
+    key = check_key(key, "key")
     f = jax.vmap(functools.partial(fold_matrix, kernel=config.kernel, centred=centred))(*folds)
     t, boot = bootstrap_draws(f, folds.mask, key, config, mesh)
-    return TestResult(t, jnp.mean(boot > t), boot)
+    return _result(t, boot, boot > t)
 
 
 def gcm_from_folds(folds: FoldData, key, num_boot: int) -> TestResult:
@@ -248,8 +430,11 @@ def gcm_from_folds(folds: FoldData, key, num_boot: int) -> TestResult:
 
     ``R_i = vec((x_i - x_hat_i)(y_i - m_hat_i)^T)`` pooled over every fold's rows;
     ``S = max_j |sqrt(n) mean_i R_ij / sd_j|``; draws ``max_j |n^{-1/2} sum_i e_i (R_ij - mean_j) /
-    sd_j|`` with ``e ~ N(0, 1)``; ``p = mean(draws >= S)``.
+    sd_j|`` with ``e ~ N(0, 1)``; ``p = mean(draws >= S)`` (NaN if anything is not finite).
     """
+    _check_folds(folds)
+    key = check_key(key, "key")
+    num_boot = check_int(num_boot, "num_boot", minimum=1)
     x_hat = folds.x_tilde.mean(-2)
     rx = folds.x - x_hat  # [K, n_e, dx]
     ry = folds.y - folds.m_hat  # [K, n_e, dy]
@@ -262,7 +447,7 @@ def gcm_from_folds(folds: FoldData, key, num_boot: int) -> TestResult:
     rn = w * (r - mean[None, :]) / sd[None, :]
     e = jax.random.normal(key, (num_boot, r.shape[0]), r.dtype)
     boot = jnp.max(jnp.abs(e @ rn), -1) / jnp.sqrt(n)
-    return TestResult(stat, jnp.mean(boot >= stat), boot)
+    return _result(stat, boot, boot >= stat)
 
 
 def tests_from_folds(
@@ -275,6 +460,9 @@ def tests_from_folds(
 ) -> dict[str, TestResult]:
     """The ``tests`` on fitted folds: ``"cmi"`` and ``"naive"`` share the multipliers drawn from
     ``k_boot`` (a paired comparison); ``"gcm"`` draws its own from ``k_gcm``."""
+    _check_config(config)
+    tests = _check_tests(tests)
+    k_boot, k_gcm = check_key(k_boot, "k_boot"), check_key(k_gcm, "k_gcm")
     out = {}
     for name in tests:
         if name == "gcm":
@@ -294,6 +482,8 @@ _jit_core = jax.jit(_tests_core, static_argnames=("config", "tests", "mesh"))
 
 
 def _check_tests(tests: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(tests, str) or not isinstance(tests, Sequence):
+        raise ValueError(f"`tests` must be a non-empty subset of {TESTS}, got {tests!r}.")
     tests = tuple(tests)
     bad = [t for t in tests if t not in TESTS]
     if bad or not tests:
@@ -303,27 +493,47 @@ def _check_tests(tests: Sequence[str]) -> tuple[str, ...]:
 
 def _check_data(x, y, z, config: CMIConfig, *, batched: bool):
     """Float arrays ``[n, d]`` (``[R, n, d]`` if ``batched``; a missing ``d`` axis is added)."""
+    _check_config(config)
     names = ("xs", "ys", "zs") if batched else ("x", "y", "z")
     lead = 2 if batched else 1
     shape_text = "[R, n] or [R, n, d]" if batched else "[n] or [n, d]"
     arrays = []
     for a, name in zip((x, y, z), names, strict=True):
+        if isinstance(a, bool | np.bool_):
+            raise TypeError(f"`{name}` must be a float array {shape_text}, got the bool {a!r}.")
+        check_real(a, name)
         a = jnp.asarray(a)
         if a.ndim == lead:
             a = a[..., None]
         if a.ndim != lead + 1:
             raise ValueError(f"`{name}` must be {shape_text}, got shape {a.shape}.")
+        if a.shape[-1] < 1:
+            raise ValueError(f"`{name}` must have at least one column, got shape {a.shape}.")
         if not jnp.issubdtype(a.dtype, jnp.floating):
             a = a.astype(jnp.result_type(float))
         check_finite(a, name)
         arrays.append(a)
     shapes = {name: a.shape[:lead] for a, name in zip(arrays, names, strict=True)}
     if len(set(shapes.values())) != 1:
-        raise ValueError(f"sample counts differ: {shapes}; x, y and z need the same rows.")
+        raise ValueError(
+            f"sample counts differ: {shapes}; `{names[0]}`, `{names[1]}` and `{names[2]}` need "
+            f"the same rows."
+        )
     n = arrays[0].shape[lead - 1]
     if n < 2 * config.folds:
-        raise ValueError(f"need at least 2 rows per fold: n={n} < 2 * folds={2 * config.folds}.")
+        raise ValueError(
+            f"`{names[0]}`, `{names[1]}` and `{names[2]}` need at least 2 rows per fold: n = {n} "
+            f"< 2 * folds = {2 * config.folds}."
+        )
+    if batched and arrays[0].shape[0] < 1:
+        raise ValueError(f"`xs` must hold at least one replicate, got shape {arrays[0].shape}.")
     return arrays
+
+
+def _check_nuisances(generator, regressor, x, y, z) -> None:
+    """The fitters against the data's widths (``x``, ``y``, ``z`` already checked, ``[..., d]``)."""
+    _check_fitter(generator, "generator", "generator", x.shape[-1], z.shape[-1])
+    _check_fitter(regressor, "regressor", "regressor", y.shape[-1], z.shape[-1])
 
 
 def compare_tests(
@@ -348,13 +558,18 @@ def compare_tests(
       mesh: shard the bootstrap draws over this mesh's ``"data"`` axis.
 
     Returns:
-      ``{test: TestResult}``; ``p_value`` is the bootstrap p-value (reject when ``p < alpha``).
+      ``{test: TestResult}``; ``p_value`` is the bootstrap p-value (reject when ``p < alpha``),
+      NaN with ``finite = False`` if the statistic or a draw is not finite.
 
     Raises:
-      ValueError: mismatched row counts, non-finite inputs, too few rows, unknown tests.
+      ValueError / TypeError: mismatched row counts, non-finite inputs, too few rows, unknown
+        tests, a bad key, fitters or fixed nuisances of the wrong widths, a bad config or mesh.
     """
     tests = _check_tests(tests)
     x, y, z = _check_data(x, y, z, config, batched=False)
+    key = check_key(key, "key")
+    _check_nuisances(generator, regressor, x, y, z)
+    _check_mesh(mesh, config.num_boot)
     return _jit_core(x, y, z, key, generator, regressor, config, tests, mesh)
 
 
@@ -374,7 +589,7 @@ def cmi_test(
     See the module docstring for the statistic; arguments as in :func:`compare_tests`.
 
     Returns:
-      ``TestResult(statistic T, p_value, bootstrap [B])``.
+      ``TestResult(statistic T, p_value, bootstrap [B], finite)``.
 
     Example::
 
@@ -425,8 +640,12 @@ def replicate_tests(
     """
     tests = _check_tests(tests)
     xs, ys, zs = _check_data(xs, ys, zs, config, batched=True)
+    keys = check_key(keys, "keys", batched=True)
     if keys.shape != (xs.shape[0],):
-        raise ValueError(f"`keys` must have shape ({xs.shape[0]},), got {keys.shape}.")
+        raise ValueError(f"`keys` must be [R] = ({xs.shape[0]},) keys, got shape {keys.shape}.")
+    _check_nuisances(generator, regressor, xs, ys, zs)
+    if batch_size is not None:
+        check_int(batch_size, "batch_size", minimum=1)
     fn = functools.partial(
         _replicates, generator=generator, regressor=regressor, config=config, tests=tests
     )
