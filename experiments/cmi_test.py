@@ -259,7 +259,11 @@ def gmmn_study(config: Config, key) -> dict:
 
 
 def _rates(p: np.ndarray) -> dict:
-    """Rejection rates at :data:`ALPHAS` of the p-values ``p``."""
+    """Rejection rates at :data:`ALPHAS` of the p-values ``p``; NaN if any p-value is NaN (a
+    non-finite statistic, ``TestResult.finite`` False), never silently counted as "kept"."""
+    p = np.asarray(p)
+    if np.isnan(p).any():
+        return {a: float("nan") for a in ALPHAS}
     return {a: float(np.mean(p < float(a))) for a in ALPHAS}
 
 

@@ -232,14 +232,10 @@ def check_scalar(
     """A finite real scalar (Python / NumPy number or a 0-d array) in the range from ``low`` to
     ``high``; a Python number is returned as ``float``, an array unchanged (tracers pass the
     value check). Bools, strings and arrays of rank > 0 are rejected."""
-    if isinstance(value, bool | np.bool_):
-        raise TypeError(f"`{name}` must be a real number, got the bool {value!r}.")
-    check_real(value, name)
-    if np.ndim(value) != 0:
-        raise ValueError(f"`{name}` must be a scalar, got shape {np.shape(value)}.")
-    if isinstance(value, int | float | np.number) and not math.isfinite(float(value)):
-        raise ValueError(f"`{name}` must be finite, got {value!r}.")
-    check_in_range(value, name, low, high, low_open=low_open, high_open=high_open)
+    if isinstance(value, int | float | np.number) and not isinstance(value, bool | np.bool_):
+        if not math.isfinite(float(value)):
+            raise ValueError(f"`{name}` must be finite, got {value!r}.")
+    check_number(value, name, low, high, low_open=low_open, high_open=high_open)
     return float(value) if isinstance(value, int | float | np.number) else value
 
 

@@ -18,7 +18,7 @@ import functools
 
 import numpy as np
 
-from jaxlab.core.checks import check_int
+from jaxlab.core.checks import check_float_dtype, check_int
 
 SCALES = ("unit", "signed", "raw")
 LAYOUTS = ("flat", "image", "nhwc")
@@ -58,12 +58,7 @@ def load_digits(
         raise ValueError(f"load_digits: `scale` must be one of {SCALES}, got {scale!r}.")
     if layout not in LAYOUTS:
         raise ValueError(f"load_digits: `layout` must be one of {LAYOUTS}, got {layout!r}.")
-    try:
-        ok = np.issubdtype(np.dtype(dtype), np.floating)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise TypeError(f"load_digits: `dtype` must be float32 or float64, got {dtype!r}.")
+    check_float_dtype(dtype, "dtype", allow_none=False)
     pixels, target = _raw_digits()
     if scale == "unit":
         pixels = pixels / 16.0

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxlab.core.checks import check_int, check_key, check_scalar
+from jaxlab.core.checks import check_float_dtype, check_int, check_key, check_scalar
 from jaxlab.stats.cmi_test.nuisance import GaussianGenerator, _check_name
 
 __all__ = ["SETTINGS", "GaussianDesign", "OracleMean", "gaussian_design"]
@@ -98,12 +98,7 @@ def gaussian_design(
     dz = check_int(dz, "dz", minimum=2)  # beta_z has two non-zero coordinates
     dx = check_int(dx, "dx", minimum=5)  # a2_sparse's beta_x has five
     check_scalar(rho, "rho", -1.0, 1.0, low_open=True, high_open=True)  # Sigma positive definite
-    try:
-        is_float = jnp.issubdtype(np.dtype(dtype), jnp.floating)
-    except TypeError:
-        is_float = False
-    if not is_float:
-        raise TypeError(f"`dtype` must be a float dtype (e.g. jnp.float32), got {dtype!r}.")
+    check_float_dtype(dtype, "dtype", allow_none=False)
     d = dz + dx
     idx = np.arange(d)
     sigma = rho ** np.abs(idx[:, None] - idx[None, :])
