@@ -40,7 +40,20 @@ method can use the next:
 4. **Exports and example.** The public entry points are exported from the method's
    ``__init__.py``, whose docstring ends with a runnable ``Example::`` block (tiny sizes, a few
    seconds); ``tests/test_examples.py`` executes every one of them.
-5. **Shared pieces, not copies.** Networks come from :mod:`~jaxlab.core.nn`, data from
+5. **Bad input is an error, never a number** (issue 23). Every public entry point (config
+   ``__post_init__``, ``make_*``, ``init``, ``step``, the pure functions in ``__all__``) checks
+   its arguments with :mod:`jaxlab.core.checks` before any tracing: type, rank, shape (also
+   against each other and against the state's sizes, :func:`~jaxlab.core.checks.check_same_tree`),
+   dtype, range, counts (ints, not ``2.5``), NaN / inf in data (where concrete), and keys through
+   :func:`~jaxlab.core.checks.check_key` (typed keys and legacy ``uint32[2]``). Each raises
+   ``ValueError`` / ``TypeError`` naming the argument, the expected and the received value. A
+   jitted public function is a checking wrapper around its jitted core. Inside a jitted loop
+   a value can still become non-finite: every ``step``'s metrics carry ``finite``
+   (:func:`~jaxlab.core.training.all_finite`), a statistic that is NaN gives a NaN p-value and a
+   ``finite`` field false (never 0). Each method has a table-driven test
+   ``tests/<field>/test_<method>_bad_inputs.py``; experiments declare ``LIMITS`` for every
+   config field, checked by the CLI before a run (one line, exit code 2).
+6. **Shared pieces, not copies.** Networks come from :mod:`~jaxlab.core.nn`, data from
    :mod:`~jaxlab.core.data`, optimisation from :mod:`~jaxlab.core.training`, checks from
    :mod:`~jaxlab.core.checks`. A helper moves here when a second method needs it. ``jaxlab``
    never imports ``experiments`` or ``benchmarks`` (``tests/test_layering.py``).
