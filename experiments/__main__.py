@@ -23,6 +23,7 @@ from experiments._runner import (
     build_report,
     discover,
     print_error,
+    resolve_config,
     run_experiment,
 )
 
@@ -88,6 +89,7 @@ def _run(args, registry: Mapping[str, Experiment]) -> int:
         if args.all and args.preset not in exp.presets:
             print(f"[{name}] has no preset {args.preset!r}; skipped")
             continue
+        resolve_config(exp, args.preset, args.seed, args.overrides)  # bad fields: before any output
         print(f"[{name}] running preset {args.preset!r}", flush=True)
         try:
             metrics = run_experiment(

@@ -321,8 +321,8 @@ def test_contract_is_checked_at_registration():
 )
 def test_cli_out_of_range_field_is_a_one_line_error(assignment, message, capsys, tmp_path):
     rc = main(["run", "tiny", "--set", assignment, "--out", str(tmp_path / "o")], REGISTRY)
-    err = capsys.readouterr().err
-    assert rc == 2 and err.count("\n") == 1 and message in err, err
+    out, err = capsys.readouterr()
+    assert rc == 2 and err.count("\n") == 1 and message in err and out == "", (out, err)
     assert not (tmp_path / "o").exists()  # refused before the run: nothing written
     assert main(["run", "tiny", "--seed", "-1", "--out", str(tmp_path / "o")], REGISTRY) == 2
     assert "tiny.Config.seed must be in [0, inf], got -1" in capsys.readouterr().err
