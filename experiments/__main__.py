@@ -22,6 +22,7 @@ from experiments._runner import (
     ExperimentError,
     build_report,
     discover,
+    prepare_out_dir,
     print_error,
     resolve_config,
     run_experiment,
@@ -89,7 +90,9 @@ def _run(args, registry: Mapping[str, Experiment]) -> int:
         if args.all and args.preset not in exp.presets:
             print(f"[{name}] has no preset {args.preset!r}; skipped")
             continue
-        resolve_config(exp, args.preset, args.seed, args.overrides)  # bad fields: before any output
+        # bad fields and output-folder problems: reported before any output
+        resolve_config(exp, args.preset, args.seed, args.overrides)
+        prepare_out_dir(Path(args.out) if args.out else RESULTS_DIR / name)
         print(f"[{name}] running preset {args.preset!r}", flush=True)
         try:
             metrics = run_experiment(

@@ -120,7 +120,10 @@ class Choice:
                 return f"lists an item twice: {value!r}"
         bad = [v for v in items if v is not None and v not in self.options]
         if bad:
-            return f"must be one of {list(self.options)}, got {bad[0]!r}"
+            shown = list(self.options)
+            if len(shown) > 12:  # e.g. every valid channel width: the first few and the count
+                shown = f"{len(shown)} values ({', '.join(map(repr, shown[:6]))}, ...)"
+            return f"must be one of {shown}, got {bad[0]!r}"
         return None
 
 

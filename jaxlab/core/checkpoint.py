@@ -22,6 +22,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from jaxlab.core.checks import check_int, check_scalar
+
 PyTree = Any
 
 __all__ = ["Checkpointer", "restore_pytree", "save_pytree"]
@@ -68,9 +70,29 @@ def save_pytree(path: str | Path, tree: PyTree, *, overwrite: bool = True) -> No
     """Save ``tree`` (arrays, NumPy arrays, scalars, typed keys) to the directory ``path``.
 
     Blocks until the checkpoint is complete on disk. With ``overwrite`` an existing checkpoint at
-    ``path`` is replaced.
+    ``path`` is replaced; anything else at ``path`` (a file, a folder that is not an orbax
+    checkpoint and not empty) is refused, never deleted.
     """
     path = Path(path).resolve()
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(
+                f"save_pytree: `path` {path} is a file, not a checkpoint; not replaced."
+            )
+        if any(path.iterdir()) and not (path / "_CHECKPOINT_METADATA").exists():
+            raise ValueError(
+                f"save_pytree: `path` {path} is a non-empty folder that holds no checkpoint; "
+                "not replaced."
+            )
+    bad = [
+        jax.tree_util.keystr(p)
+        for p, leaf in jax.tree_util.tree_leaves_with_path(tree)
+        if not isinstance(leaf, jax.Array | np.ndarray | np.generic | int | float)
+    ]
+    if bad:
+        raise TypeError(
+            f"save_pytree: every leaf of `tree` must be an array or number; `tree{bad[0]}` is not."
+        )
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(path, _unwrap_keys(tree), force=overwrite)
         ckptr.wait_until_finished()
@@ -109,11 +131,11 @@ class Checkpointer:
     """
 
     def __init__(self, directory: str | Path, *, every_seconds: float = 30.0, max_to_keep: int = 2):
-        if every_seconds < 0:
-            raise ValueError(f"Checkpointer: `every_seconds` must be >= 0, got {every_seconds}.")
-        if max_to_keep < 1:
-            raise ValueError(f"Checkpointer: `max_to_keep` must be >= 1, got {max_to_keep}.")
+        check_scalar(every_seconds, "every_seconds", 0.0)
+        check_int(max_to_keep, "max_to_keep", minimum=1)
         self.directory = Path(directory).resolve()
+        if self.directory.exists() and not self.directory.is_dir():
+            raise ValueError(f"Checkpointer: `directory` {self.directory} is a file, not a folder.")
         self.every_seconds = every_seconds
         self._manager = ocp.CheckpointManager(
             self.directory,

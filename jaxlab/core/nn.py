@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxlab.core.checks import check_int, check_key, check_scalar
+from jaxlab.core.checks import check_in_range, check_int, check_key, check_scalar
 
 Activation = str | Callable[[jax.Array], jax.Array]
 
@@ -89,7 +89,7 @@ def torch_uniform(fan_in: int) -> Callable:
     Without a ``dtype`` the values have the default float type (float64 under ``enable_x64``),
     like flax's own initializers.
     """
-    bound = 1.0 / float(fan_in) ** 0.5
+    bound = 1.0 / float(check_int(fan_in, "fan_in", minimum=1)) ** 0.5
 
     def init(key, shape, dtype=None):
         return jax.random.uniform(key, shape, float if dtype is None else dtype, -bound, bound)
@@ -99,6 +99,7 @@ def torch_uniform(fan_in: int) -> Callable:
 
 def dense_init(scheme: str, fan_in: int, gain: float = 1.0) -> dict[str, Callable]:
     """``{"kernel_init": ..., "bias_init": ...}`` for one layer of input width ``fan_in``."""
+    check_int(fan_in, "fan_in", minimum=1)
     if scheme == "lecun":
         return {"kernel_init": nn.initializers.lecun_normal(), "bias_init": nn.initializers.zeros}
     if scheme == "torch":
@@ -710,6 +711,7 @@ class Transformer(nn.Module):
                     "Transformer: with `vocab_size` set, `inputs` must be integer token ids "
                     f"[B, T], got shape {inputs.shape} and dtype {inputs.dtype}."
                 )
+            check_in_range(inputs, "inputs", 0, self.vocab_size - 1)  # token ids, where concrete
         elif inputs.ndim != 3 or not jnp.issubdtype(inputs.dtype, jnp.floating):
             raise ValueError(
                 "Transformer: with `vocab_size=None`, `inputs` must be float vectors [B, T, d_in], "

@@ -43,7 +43,7 @@ import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxlab.core.checks import check_int
+from jaxlab.core.checks import check_instance, check_int
 
 PyTree = Any
 
@@ -78,9 +78,14 @@ def data_mesh(devices: Sequence[jax.Device] | None = None, axis_name: str = DATA
     Returns:
       A ``jax.sharding.Mesh`` of shape ``(len(devices),)``.
     """
+    if isinstance(devices, str) or not (devices is None or isinstance(devices, Sequence)):
+        raise TypeError(f"`devices` must be a list of jax devices or None, got {devices!r:.60}.")
     devices = list(jax.devices() if devices is None else devices)
     if not devices:
         raise ValueError("data_mesh: `devices` is empty; expected at least one device.")
+    bad = [d for d in devices if not isinstance(d, jax.Device)]
+    if bad:
+        raise TypeError(f"`devices` must hold jax devices (jax.devices()), got {bad[0]!r:.60}.")
     return jax.make_mesh(
         (len(devices),), (axis_name,), axis_types=(AxisType.Auto,), devices=devices
     )
@@ -88,15 +93,18 @@ def data_mesh(devices: Sequence[jax.Device] | None = None, axis_name: str = DATA
 
 def batch_sharding(mesh: Mesh, axis_name: str = DATA_AXIS) -> NamedSharding:
     """``NamedSharding(mesh, P(axis_name))``: leading axis split over the mesh, the rest whole."""
+    _n_shards(mesh, axis_name)  # checks the mesh and the axis
     return NamedSharding(mesh, P(axis_name))
 
 
 def replicated_sharding(mesh: Mesh) -> NamedSharding:
     """``NamedSharding(mesh, P())``: a full copy on every device (parameters, scalars)."""
+    check_instance(mesh, "mesh", Mesh)
     return NamedSharding(mesh, P())
 
 
 def _n_shards(mesh: Mesh, axis_name: str) -> int:
+    check_instance(mesh, "mesh", Mesh)
     if axis_name not in mesh.shape:
         raise ValueError(
             f"mesh has no axis named {axis_name!r}; its axes are {tuple(mesh.axis_names)}."
@@ -126,6 +134,7 @@ def batch_size(tree: PyTree, name: str = "batch") -> int:
 
 def check_divisible(size: int, mesh: Mesh, name: str = "batch", axis_name: str = DATA_AXIS):
     """Raise the module's one non-divisible error if ``size`` is not a multiple of the shards."""
+    check_int(size, name, minimum=0)
     n = _n_shards(mesh, axis_name)
     if size % n:
         raise ValueError(

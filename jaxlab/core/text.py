@@ -51,6 +51,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxlab.core.checks import check_array, check_choice, check_int, check_scalar
+
 __all__ = [
     "EMBED_DIM",
     "LENGTH_BUCKETS",
@@ -102,6 +104,11 @@ class BertConfig:
     precision: str = "highest"
 
     def __post_init__(self):
+        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                     "max_position_embeddings", "type_vocab_size"):  # fmt: skip
+            check_int(getattr(self, name), f"BertConfig.{name}", minimum=1)
+        check_scalar(self.layer_norm_eps, "BertConfig.layer_norm_eps", 0.0, low_open=True)
+        check_choice(self.precision, "BertConfig.precision", ("default", "high", "highest"))
         if self.hidden_size % self.num_heads:
             raise ValueError(
                 f"`hidden_size` ({self.hidden_size}) must be a multiple of `num_heads` "
@@ -223,12 +230,17 @@ def mean_pool(hidden: jax.Array, attention_mask: jax.Array) -> jax.Array:
 
     An all-padding row gives zeros (its count is clamped to 1e-9, as in sentence-transformers).
     """
+    check_array(hidden, "hidden", ndim=3, kind="float", finite=False)
+    check_array(
+        attention_mask, "attention_mask", shape=hidden.shape[:2], dims="[B, T]", finite=False
+    )
     m = attention_mask.astype(hidden.dtype)[..., None]
     return jnp.sum(hidden * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1e-9)
 
 
 def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
     """``x / max(||x||, eps)`` along the last axis (``torch.nn.functional.normalize``)."""
+    check_scalar(eps, "eps", 0.0, low_open=True)
     return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
 
 

@@ -37,7 +37,7 @@ from flax import struct
 from tqdm.auto import tqdm
 
 from jaxlab.core.checkpoint import Checkpointer
-from jaxlab.core.checks import check_int, check_key
+from jaxlab.core.checks import check_callable, check_int, check_key, check_tree_finite
 
 PyTree = Any
 Step = Callable[[PyTree, Any], tuple[PyTree, PyTree]]
@@ -78,8 +78,24 @@ def scan_steps(step: Step, state: PyTree, n_steps: int, xs: PyTree = None) -> tu
     Returns:
       ``(final_state, metrics)`` with every metrics leaf stacked: ``[n_steps, ...]``.
     """
+    check_callable(step, "step")
     check_int(n_steps, "n_steps", minimum=0)
+    _check_xs(xs, n_steps)
     return jax.lax.scan(step, state, xs, length=n_steps)
+
+
+def _check_xs(xs: PyTree, n_steps: int) -> None:
+    lengths = {np.shape(x)[0] if np.ndim(x) else None for x in jax.tree_util.tree_leaves(xs)}
+    if lengths and lengths != {n_steps}:
+        raise ValueError(f"`xs` leading axes {sorted(lengths, key=str)} != n_steps={n_steps}.")
+
+
+def _check_optimizer(tx: Any, name: str) -> None:
+    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+        raise TypeError(
+            f"`{name}` must be an optax GradientTransformation (init / update), got "
+            f"{type(tx).__name__}."
+        )
 
 
 def _slice(xs: PyTree, start: int, stop: int) -> PyTree:
@@ -247,6 +263,8 @@ class TrainState:
         cls, params: PyTree, tx: optax.GradientTransformation, key: jax.Array | None = None
     ) -> TrainState:
         """A state at step 0 with ``tx.init(params)``."""
+        _check_optimizer(tx, "tx")
+        key = None if key is None else check_key(key, "key")
         return cls(jnp.zeros((), jnp.int32), params, tx.init(params), key, tx)
 
     def apply_gradients(self, grads: PyTree) -> TrainState:
@@ -300,7 +318,11 @@ def fit(
     Returns:
       ``(params, losses [num_steps])``, the loss at each step before its update.
     """
+    check_callable(loss_fn, "loss_fn")
+    _check_optimizer(optimizer, "optimizer")
     check_int(num_steps, "num_steps", minimum=0)
+    check_tree_finite(params, "params")
+    _check_xs(xs, num_steps)
     keys = None if key is None else jax.random.split(check_key(key, "key"), num_steps)
     value_and_grad = jax.value_and_grad(loss_fn)
 
@@ -352,9 +374,12 @@ def minibatch_epochs(
     sizes = {int(np.shape(d)[0]) for d in data}
     if len(sizes) != 1:
         raise ValueError(f"minibatch_epochs: `data` arrays have different lengths {sorted(sizes)}.")
+    check_callable(loss_fn, "loss_fn")
+    _check_optimizer(optimizer, "optimizer")
     check_int(batch_size, "batch_size", minimum=1)
     check_int(epochs, "epochs", minimum=0)
     key = check_key(key, "key")
+    check_tree_finite(params, "params")
     (n,) = sizes
     n_batches, size = max(1, n // batch_size), min(batch_size, n)
     value_and_grad = jax.value_and_grad(loss_fn)
@@ -385,9 +410,15 @@ def map_in_chunks(fn: Callable[..., PyTree], args: tuple, chunk: int | None) -> 
     purpose: it bounds memory, shows progress between calls, and avoids nesting a long-running
     program in ``lax.map`` (which deadlocked on XLA:CPU with LAPACK solves inside, jaxlib 0.10).
     """
-    total = jax.tree_util.tree_leaves(args)[0].shape[0]
-    if chunk is not None and chunk < 1:
-        raise ValueError(f"map_in_chunks: `chunk` must be >= 1 or None, got {chunk}.")
+    check_callable(fn, "fn")
+    if chunk is not None:
+        check_int(chunk, "chunk", minimum=1)
+    sizes = {int(np.shape(a)[0]) if np.ndim(a) else None for a in jax.tree_util.tree_leaves(args)}
+    if len(sizes) != 1 or None in sizes:
+        raise ValueError(
+            f"map_in_chunks: every leaf of `args` needs one leading size, got {sizes}."
+        )
+    total = sizes.pop()
     if chunk is None or chunk >= total:
         return fn(*args)
     outs = []

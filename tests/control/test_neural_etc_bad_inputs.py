@@ -124,6 +124,7 @@ CASES = [
     ("trigger_x0_rank", lambda: trigger(x0=jnp.zeros((2, 3))), ValueError, "`x0`"),
     ("trigger_x0_str", lambda: trigger(x0="abc"), TypeError, "`x0`"),
     ("trigger_t_max", lambda: trigger(t_max=-1.0), ValueError, "`t_max`"),
+    ("trigger_x0_size", lambda: trigger(x0=jnp.ones(2)), ValueError, r"`x0` \(size 2\) and"),
     ("trigger_solver", lambda: trigger(solver_cfg="tsit5"), TypeError, "`solver_cfg`"),
     ("trigger_e0_shape", lambda: trigger(e0=jnp.zeros(2)), ValueError, "`e0`"),
     ("trigger_e0_nan", lambda: trigger(e0=jnp.full(3, NAN)), ValueError, "`e0`"),

@@ -186,7 +186,7 @@ CASES = [
     (
         "minibatch_epochs.lengths",
         lambda: training.minibatch_epochs(
-            None, 0.0, optax.sgd(0.1), (np.ones(3), np.ones(4)), KEY, epochs=1, batch_size=2
+            _step, 0.0, optax.sgd(0.1), (np.ones(3), np.ones(4)), KEY, epochs=1, batch_size=2
         ),
         ValueError,
         "`data` arrays have different lengths",
@@ -194,7 +194,7 @@ CASES = [
     (
         "minibatch_epochs.batch_size",
         lambda: training.minibatch_epochs(
-            None, 0.0, optax.sgd(0.1), (np.ones(3),), KEY, epochs=1, batch_size=0
+            _step, 0.0, optax.sgd(0.1), (np.ones(3),), KEY, epochs=1, batch_size=0
         ),
         ValueError,
         "`batch_size` must be >= 1",
@@ -202,7 +202,7 @@ CASES = [
     (
         "minibatch_epochs.key",
         lambda: training.minibatch_epochs(
-            None, 0.0, optax.sgd(0.1), (np.ones(3),), 7, epochs=1, batch_size=2
+            _step, 0.0, optax.sgd(0.1), (np.ones(3),), 7, epochs=1, batch_size=2
         ),
         ValueError,
         "`key` must be a PRNG key",
@@ -235,7 +235,7 @@ CASES = [
         "Checkpointer.every_seconds",
         lambda: checkpoint.Checkpointer("/tmp/x", every_seconds=-1.0),
         ValueError,
-        "`every_seconds` must be >= 0",
+        "`every_seconds` must lie in [0.0",
     ),
     (
         "Checkpointer.max_to_keep",
@@ -246,6 +246,93 @@ CASES = [
     ("time_call.n_runs", lambda: timing.time_call(abs, 1.0, n_runs=0), ValueError, "`n_runs`"),
     ("time_call.n_warmup", lambda: timing.time_call(abs, 1.0, n_warmup=-1), ValueError, "`n_war"),
     ("time_call.fn", lambda: timing.time_call("f", 1.0), TypeError, "`fn` must be callable"),
+]
+
+
+# found by an independent probe (issue 23 review): each used to be silent or unclear
+CASES += [
+    ("torch_uniform.fan_in", lambda: nn.torch_uniform(-1), ValueError, "`fan_in` must be >= 1"),
+    ("dense_init.fan_in", lambda: nn.dense_init("torch", 0), ValueError, "`fan_in` must be"),
+    (
+        "Transformer.token ids",
+        lambda: LM.init(KEY, jnp.full((1, 3), 50, jnp.int32)),
+        ValueError,
+        "`inputs` must lie in [0, 10]",
+    ),
+    ("BertConfig.vocab", lambda: text.BertConfig(vocab_size=-1), ValueError, "vocab_size` must"),
+    ("BertConfig.layers", lambda: text.BertConfig(num_layers=0), ValueError, "num_layers` must"),
+    ("BertConfig.precision", lambda: text.BertConfig(precision="x"), ValueError, "precision`"),
+    ("l2_normalize.eps", lambda: text.l2_normalize(X, eps=-1.0), ValueError, "`eps` must lie"),
+    (
+        "mean_pool.mask",
+        lambda: text.mean_pool(jnp.ones((2, 4, 3)), jnp.ones((2, 5))),
+        ValueError,
+        "`attention_mask` must have shape (2, 4)",
+    ),
+    ("scan_steps.step", lambda: training.scan_steps(None, 0.0, 2), TypeError, "`step` must be"),
+    (
+        "scan_steps.xs",
+        lambda: training.scan_steps(_step, 0.0, 3, xs=jnp.zeros(5)),
+        ValueError,
+        "`xs` leading axes [5] != n_steps=3",
+    ),
+    (
+        "fit.optimizer",
+        lambda: training.fit(lambda p: p, 0.0, None, 3),
+        TypeError,
+        "`optimizer` must be an optax",
+    ),
+    (
+        "fit.params nan",
+        lambda: training.fit(lambda p: p.sum(), jnp.array([1.0, jnp.nan]), optax.sgd(0.1), 3),
+        ValueError,
+        "`params` must be finite",
+    ),
+    (
+        "TrainState.tx",
+        lambda: training.TrainState.create(params=X, tx=None),
+        TypeError,
+        "`tx` must be an optax",
+    ),
+    (
+        "map_in_chunks.chunk float",
+        lambda: training.map_in_chunks(lambda a: a, (X,), 1.5),
+        ValueError,
+        "`chunk` must be an int",
+    ),
+    (
+        "map_in_chunks.sizes",
+        lambda: training.map_in_chunks(lambda a, b: a, (jnp.ones(4), jnp.ones(3)), 2),
+        ValueError,
+        "every leaf of `args` needs one leading size",
+    ),
+    ("data_mesh.str", lambda: sharding.data_mesh("cpu"), TypeError, "`devices` must be a list"),
+    ("data_mesh.items", lambda: sharding.data_mesh([1]), TypeError, "`devices` must hold"),
+    ("shard_batch.mesh", lambda: sharding.shard_batch(X, None), TypeError, "`mesh` must be a"),
+    (
+        "batch_sharding.axis",
+        lambda: sharding.batch_sharding(MESH, "model"),
+        ValueError,
+        "mesh has no axis named 'model'",
+    ),
+    (
+        "check_divisible.size",
+        lambda: sharding.check_divisible(-1, MESH),
+        ValueError,
+        "`batch` must be >= 0",
+    ),
+    (
+        "Checkpointer.every str",
+        lambda: checkpoint.Checkpointer("/tmp/x", every_seconds="30"),
+        TypeError,
+        "`every_seconds` must be real",
+    ),
+    (
+        "Checkpointer.keep float",
+        lambda: checkpoint.Checkpointer("/tmp/x", max_to_keep=1.5),
+        ValueError,
+        "`max_to_keep` must be an int",
+    ),
 ]
 
 
@@ -260,3 +347,22 @@ def test_restore_with_a_mismatched_like_names_it(tmp_path):
     checkpoint.save_pytree(tmp_path / "c", {"w": jnp.ones(3)})
     with pytest.raises(ValueError, match="`like` does not match the checkpoint"):
         checkpoint.restore_pytree(tmp_path / "c", {"w": jnp.ones(4), "b": jnp.ones(1)})
+
+
+def test_save_never_deletes_what_is_not_a_checkpoint(tmp_path):
+    user_file = tmp_path / "notes.txt"
+    user_file.write_text("keep me")
+    with pytest.raises(ValueError, match="is a file, not a checkpoint"):
+        checkpoint.save_pytree(user_file, {"w": jnp.ones(3)})
+    assert user_file.read_text() == "keep me"
+    folder = tmp_path / "data"
+    folder.mkdir()
+    (folder / "x.csv").write_text("1,2")
+    with pytest.raises(ValueError, match="holds no checkpoint"):
+        checkpoint.save_pytree(folder, {"w": jnp.ones(3)})
+    assert (folder / "x.csv").exists()
+    with pytest.raises(TypeError, match=r"`tree\['w'\]` is not"):
+        checkpoint.save_pytree(tmp_path / "c", {"w": object()})
+    checkpoint.save_pytree(tmp_path / "c", {"w": jnp.ones(3)})  # a checkpoint is replaced
+    checkpoint.save_pytree(tmp_path / "c", {"w": jnp.zeros(3)})
+    np.testing.assert_array_equal(checkpoint.restore_pytree(tmp_path / "c", {"w": X[0]})["w"], 0)

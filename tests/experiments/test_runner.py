@@ -332,8 +332,8 @@ def test_cli_out_folder_problems_are_one_line_errors(capsys, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("x")
     assert main(["run", "tiny", "--out", str(afile)], REGISTRY) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--out {afile} is a file, not a folder" in err
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and f"--out {afile} is a file, not a folder" in err
     assert main(["run", "tiny", "--out", str(afile / "below")], REGISTRY) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot write there" in err

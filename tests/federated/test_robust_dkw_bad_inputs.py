@@ -183,6 +183,7 @@ CASES = [
     # ---- Wasserstein certificates
     (R.wasserstein_average_bound, "adv", ADV * 1.5, V, "`adv` must hold losses"),
     (R.wasserstein_average_bound, "adv", R_HAT, V, "`adv` must be [K, G]"),
+    (R.wasserstein_average_bound, "gammas", GAMMAS[::-1], V, "`adv` must be non-increasing"),
     (R.wasserstein_average_bound, "adv", ADV[:, :1], V, "`adv` must be [K, G]"),  # other G
     (R.wasserstein_average_bound, "gammas", np.array([-1.0, 1.0]), V, "`gammas`"),
     (R.wasserstein_average_bound, "gammas", np.array([0.0, NAN]), V, "`gammas`"),

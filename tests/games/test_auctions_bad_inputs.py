@@ -271,6 +271,7 @@ CASES = [
     (game_bne, "bidders_per_type", (2.5,), V, "`bidders_per_type`"),
     (game_bne, "value_ranges", ((0.0, 1.0), (0.0, 1.0)), V, "`bidders_per_type` has 1 types"),
     (l2, "lower", -1.0, V, "`lower`"),
+    (l2, "bid_fn", lambda v: v * jnp.nan, V, r"`bid_fn\(values\)` must be finite"),
     (l2, "lower", float("nan"), V, "`lower`"),
     (l2, "upper", 0.0, V, "`lower` < `upper`"),
     (l2, "n_grid", 0, V, "`n_grid`"),

@@ -8,6 +8,7 @@ compiled; the last test checks that a diverged (non-finite) epoch is flagged, no
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -618,6 +619,7 @@ CASES = [
         "`hyper`",
     ),
     ("gp_prior_kl kern shape", lambda: kl(kern=jnp.eye(N + 1)), ValueError, "`kern`"),
+    ("gp_prior_kl kern not PD", lambda: kl(kern=-jnp.eye(N)), ValueError, "positive definite"),
     ("gp_prior_kl log_sd shape", lambda: kl(log_sd=jnp.zeros((N, L + 1))), ValueError, "`log_sd`"),
     ("gp_prior_kl mu nan", lambda: kl(mu=jnp.full((N, L), jnp.nan)), ValueError, "`mu`"),
     # ---- data ----
@@ -738,3 +740,7 @@ def test_a_diverged_epoch_is_flagged_not_reported():
     assert not bool(bad["finite"])
     with pytest.raises(ValueError, match="`state`"):  # a state of another trainer
         G.make_trainer(v()["model"], N + 2, batch_size=3).step(state)
+    # the same data sizes, another latent width: the SVI parameters do not fit this trainer
+    wide = G.make_model(dataclasses.replace(CFG, latent_dim=L + 1))
+    with pytest.raises(ValueError, match=r"`state\.svi_state.*` must have shape"):
+        G.make_trainer(wide, N, batch_size=3).step(state)

@@ -277,6 +277,25 @@ def _solve(field, y0, params, t0, t1, solver_cfg, event=None, saveat=None):
     )
 
 
+def _check_fits(field: YFn, event: YFn, y0: jax.Array, params: Params) -> None:
+    """Abstract trace (nothing runs): ``field`` maps the augmented state ``[2n]`` to ``[2n]`` and
+    ``event`` to a scalar, else a ``ValueError`` naming ``x0`` / ``params`` (not a deep flax
+    error from inside the ODE solve)."""
+    try:
+        dy, h = jax.eval_shape(lambda y, p: (field(y, p), event(y, p)), y0, params)
+    except Exception as e:  # noqa: BLE001 - re-raised naming the arguments
+        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise ValueError(
+            f"`x0` (size {y0.shape[0] // 2}) and `params` do not fit `field` / `event` "
+            f"({type(e).__name__}: {msg}); built for another system or network size?"
+        ) from None
+    if dy.shape != y0.shape or h.shape != ():
+        raise ValueError(
+            f"`field` must map the augmented state {y0.shape} to {y0.shape} and `event` to a "
+            f"scalar; got {dy.shape} and {h.shape} (is `x0` of the system's size?)."
+        )
+
+
 def first_trigger_time(
     field: YFn,
     event: YFn,
@@ -323,6 +342,7 @@ def first_trigger_time(
     elif jnp.shape(e0) != jnp.shape(x0):
         raise ValueError(f"`e0` must have the shape of `x0` {jnp.shape(x0)}, got {jnp.shape(e0)}.")
     y0 = jnp.concatenate([x0, jnp.asarray(e0, x0.dtype)])
+    _check_fits(field, event, y0, params)
     if isinstance(solver_cfg, FixedStepTrigger):
         return _fixed_step_trigger(field, event, y0, params, t_max, solver_cfg, state_gradient_only)
     sol = _solve(

@@ -302,6 +302,15 @@ def _check_gammas(adv: jax.Array, gammas: jax.Array) -> jax.Array:
             f"`adv` must be [K, G] and `gammas` [G]; got {adv.shape} and {np.shape(gammas)}."
         )
     _check_gamma_grid(gammas)
+    if is_concrete((adv, gammas)):  # adversarial risks fall as the multiplier grows
+        a = np.asarray(jax.device_get(adv), np.float64)[:, np.argsort(np.asarray(gammas))]
+        rise = float(np.max(np.diff(a, axis=1), initial=0.0))
+        if rise > 1e-5:
+            raise ValueError(
+                "`adv` must be non-increasing in `gammas` (adv[k, g] is client k's adversarial "
+                f"risk at gammas[g]); it rises by {rise:.3g}: are `adv` and `gammas` paired in "
+                "the same order?"
+            )
     return jnp.asarray(gammas)
 
 

@@ -180,6 +180,7 @@ def _check_bid_output(out, grid, name: str):
             f"{np.shape(grid)}."
         )
     checks.check_real(out, f"{name}(values)")
+    checks.check_finite(out, f"{name}(values)")  # a diverged strategy is an error, not an L2
     return out
 
 

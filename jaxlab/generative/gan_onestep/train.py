@@ -315,6 +315,22 @@ def _no_input(x: Any, name: str) -> None:
         )
 
 
+def _fits(fn, params, name: str, net: str) -> None:
+    """Trace ``fn(params)`` abstractly (nothing runs or compiles): parameters that do not fit the
+    network are a ``ValueError`` naming them here, not a deep error at the first step."""
+    leaves = jax.tree_util.tree_leaves(params)
+    if not leaves:
+        raise ValueError(f"`{name}` must be the parameters of `{net}`, got {params!r:.60}.")
+    try:
+        jax.eval_shape(fn, params)
+    except Exception as e:  # noqa: BLE001 - re-raised with the argument named
+        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise ValueError(
+            f"`{name}` do not fit `{net}` ({type(e).__name__}: {msg}); were they built for "
+            "another network or image size?"
+        ) from None
+
+
 def make_pretrainer(
     inner: edm.InnerFn,
     data: jax.Array,
@@ -342,6 +358,8 @@ def make_pretrainer(
     def init(key, params):
         key = checks.check_key(key)
         _checks.check_tree_finite(params, "params")
+        loss = lambda p: edm.edm_loss(inner, p, data[:2], key, edm_config)  # noqa: E731
+        _fits(loss, params, "params", "inner")
         return PretrainState(jnp.zeros((), jnp.int32), params, opt.init(params), params, key)
 
     def step(state, x=None):
@@ -540,6 +558,7 @@ def make_finetuner(
         check_g_params(g_params, "g_params")
         _checks.check_tree_finite(g_params, "g_params")
         _checks.check_tree_finite(d_params, "d_params")
+        _fits(lambda dp: discriminator(dp, data[:2]), d_params, "d_params", "discriminator")
         return FinetuneState(
             jnp.zeros((), jnp.int32), g_params, opt_g.init(g_params), d_params,
             opt_d.init(d_params), g_params, key,

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlab.core.checks import check_array, check_int, check_key, check_scalar
+from jaxlab.core.checks import check_array, check_int, check_key, check_scalar, is_concrete
 from jaxlab.core.nn import MLP
 from jaxlab.core.training import fit, minibatch_epochs
 from jaxlab.probabilistic.gp_vae.model import (
@@ -289,6 +289,8 @@ def gp_prior_kl(kern: jax.Array, mu: jax.Array, log_sd: jax.Array) -> jax.Array:
     check_array(kern, "kern", shape=(n, n), dims="[N, N]")
     n, latent_dim = mu.shape
     chol = jnp.linalg.cholesky(kern)
+    if is_concrete(chol) and not bool(jnp.all(jnp.isfinite(chol))):
+        raise ValueError("`kern` must be symmetric positive definite (its Cholesky factor failed).")
     chol_inv = jax.scipy.linalg.solve_triangular(chol, jnp.eye(n, dtype=kern.dtype), lower=True)
     logdet = 2.0 * jnp.sum(jnp.log(jnp.diag(chol)))
     trace = jnp.sum(jnp.sum(chol_inv**2, axis=0)[:, None] * jnp.exp(2 * log_sd))

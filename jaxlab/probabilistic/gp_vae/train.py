@@ -19,7 +19,14 @@ import optax
 from flax import struct
 from numpyro.infer import SVI, TraceMeanField_ELBO
 
-from jaxlab.core.checks import check_array, check_int, check_key, check_scalar, check_shape
+from jaxlab.core.checks import (
+    check_array,
+    check_int,
+    check_key,
+    check_same_tree,
+    check_scalar,
+    check_shape,
+)
 from jaxlab.probabilistic.gp_vae.model import (
     Covariates,
     GPVAEModel,
@@ -153,6 +160,24 @@ def make_trainer(
         )
         return GPVAEState(svi_state, cov, y, y_mask, counts, k_data, jnp.zeros((), jnp.int32))
 
+    templates: dict = {}
+
+    def _svi_template(state: GPVAEState):
+        """The shapes ``init`` gives the SVI state (parameters of this model's sizes), traced
+        once per trainer without running anything."""
+        if "svi" not in templates:
+            first = jnp.arange(batch_size)
+
+            def build(key, cov, y, y_mask, counts):
+                mask_b = None if y_mask is None else y_mask[first]
+                return svi.init(key, cov.take(first), y[first], mask_b, n_total, True,
+                                level_counts=counts)  # fmt: skip
+
+            templates["svi"] = jax.eval_shape(
+                build, state.key, state.cov, state.y, state.y_mask, state.level_counts
+            )
+        return templates["svi"]
+
     def step(state: GPVAEState, x=None) -> tuple[GPVAEState, dict]:
         if x is not None:
             raise ValueError("GPVAETrainer.step: `x` must be None (the data live in the state).")
@@ -164,6 +189,7 @@ def make_trainer(
                 f"`state` was built for another trainer: its `y` has shape "
                 f"{np.shape(state.y)}, this trainer needs ({n_total}, {d})."
             )
+        check_same_tree(state.svi_state, "state.svi_state", _svi_template(state), "this trainer")
         order = jax.random.permutation(jax.random.fold_in(state.key, state.step), n_total)
         batches = order[: n_batches * batch_size].reshape(n_batches, batch_size)
 
