@@ -152,6 +152,12 @@ class MLP(nn.Module):
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"`dropout` must be in [0, 1), got {self.dropout}.")
         act = activation_fn(self.activation, self.negative_slope)
+        first = self.variables.get("params", {}).get("Dense_0", {}).get("kernel")
+        if first is not None and np.shape(x)[-1:] != np.shape(first)[:1]:
+            raise ValueError(
+                f"MLP: `x` has {np.shape(x)[-1:]} input features but the parameters expect "
+                f"{np.shape(first)[0]} (params built for another input width?)."
+            )
         for width in self.features[:-1]:
             x = nn.Dense(int(width), use_bias=self.use_bias, **self._init(x))(x)
             x = act(x)

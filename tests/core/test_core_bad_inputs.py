@@ -252,6 +252,12 @@ CASES = [
 # found by an independent probe (issue 23 review): each used to be silent or unclear
 CASES += [
     ("torch_uniform.fan_in", lambda: nn.torch_uniform(-1), ValueError, "`fan_in` must be >= 1"),
+    (
+        "MLP.apply width",
+        lambda: nn.MLP((4, 2)).apply(nn.MLP((4, 2)).init(KEY, X), jnp.ones((2, 5))),
+        ValueError,
+        "`x` has (5,) input features but the parameters expect 3",
+    ),
     ("dense_init.fan_in", lambda: nn.dense_init("torch", 0), ValueError, "`fan_in` must be"),
     (
         "Transformer.token ids",
