@@ -174,17 +174,14 @@ def _check_ifca(state, key, apply_fn, data, local) -> jax.Array:
     real_tree(state.params, "state.params")
     n_models = np.shape(jax.tree_util.tree_leaves(state.params)[0])[:1]
     leading(state.params, "state.params", n_models[0] if n_models else -1, "model")
-    _fit_eager(
-        apply_fn,
-        state.params,
-        data.x,
-        data.y,
-        data.count,
-        stacked=True,
-        batched=True,
-        y_name="data.y",
-    )
+    _check_stacked_fit(apply_fn, state.params, data)
     return check_key(key)
+
+
+def _check_stacked_fit(apply_fn, params, data: ClientData) -> None:
+    """The stacked models ``params [M, ...]`` fit the network and every client's data."""
+    _fit_eager(apply_fn, params, data.x, data.y, data.count, stacked=True, batched=True,
+               y_name="data.y")  # fmt: skip
 
 
 def ifca_round(
@@ -304,16 +301,7 @@ def client_deltas(
     _check_local(local, "local")
     _check_data(data, local.batch_size)
     _check_state(state, int(np.shape(data.count)[0]))
-    _fit_eager(
-        apply_fn,
-        state.params,
-        data.x,
-        data.y,
-        data.count,
-        stacked=True,
-        batched=True,
-        y_name="data.y",
-    )
+    _check_stacked_fit(apply_fn, state.params, data)
     key = check_key(key)
     start = jax.tree_util.tree_map(lambda a: a[state.labels], state.params)
     x, y, count, noise = sharding.constrain_batch((data.x, data.y, data.count, data.noise), mesh)
