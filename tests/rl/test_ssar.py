@@ -1,0 +1,143 @@
+"""SSAR's Pendulum stand-in data (issue 24, part 1): the expert's closed form, rollouts that follow
+gymnax's dynamics without auto-reset, the datasets' composition, the spec's reference returns, the
+`traj` trust mask on whole episodes, and bad input."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxlab.rl import ssar
+
+KEY = jax.random.key(0)
+
+
+@functools.cache
+def d_re():
+    return ssar.make_dataset(KEY, "D-re")
+
+
+def _obs(theta, theta_dot):
+    theta, theta_dot = np.asarray(theta, np.float32), np.asarray(theta_dot, np.float32)
+    return jnp.stack([jnp.cos(theta), jnp.sin(theta), theta_dot], axis=-1)
+
+
+def test_expert_torque_closed_form():
+    # at the top: the PD law -10 theta - 2 theta_dot, clipped to +-2
+    np.testing.assert_allclose(ssar.expert_torque(_obs(0.0, 0.0)), 0.0, atol=1e-6)
+    np.testing.assert_allclose(ssar.expert_torque(_obs(0.1, -0.2)), -1.0 + 0.4, rtol=1e-5)
+    np.testing.assert_allclose(ssar.expert_torque(_obs(0.5, 0.0)), -2.0)  # clipped
+    # away from the top: pump energy E = theta_dot^2 / 2 + 15 cos theta towards 15, along theta_dot
+    theta, theta_dot = np.pi, 1.0  # hanging: E = 0.5 - 15, so full torque along theta_dot
+    np.testing.assert_allclose(ssar.expert_torque(_obs(theta, theta_dot)), 2.0)
+    np.testing.assert_allclose(ssar.expert_torque(_obs(theta, -theta_dot)), -2.0)
+    e = 0.5 * 0.5**2 + 15 * np.cos(2.0)  # a small pump: 1.5 (15 - E) sign(theta_dot)
+    np.testing.assert_allclose(
+        ssar.expert_torque(_obs(2.0, 0.5)), np.clip(1.5 * (15 - e), -2, 2), rtol=1e-5
+    )
+
+
+def test_rollouts_follow_the_dynamics_without_reset():
+    data, returns = ssar.rollout(jax.random.key(3), 2, "expert")
+    n = 2 * ssar.EPISODE_LEN
+    assert data.obs.shape == (n, 3) and data.action.shape == (n, 1) and returns.shape == (2,)
+    assert float(jnp.max(jnp.abs(data.action))) <= 1.0
+    np.testing.assert_array_equal(data.terminal, 0.0)  # truncation, never a terminal
+    obs, nxt = np.asarray(data.obs), np.asarray(data.next_obs)
+    within = np.ones(n - 1, bool)
+    within[ssar.EPISODE_LEN - 1] = False  # between episodes the chain breaks
+    np.testing.assert_array_equal(obs[1:][within], nxt[:-1][within])
+    assert not np.array_equal(obs[ssar.EPISODE_LEN], nxt[ssar.EPISODE_LEN - 1])
+    # one Euler step of theta'' = 15 sin theta + 3 u (dt 0.05, |theta_dot| <= 8)
+    th = np.arctan2(obs[:, 1], obs[:, 0])
+    u = 2.0 * np.asarray(data.action[:, 0])
+    new_dot = np.clip(obs[:, 2] + (15 * np.sin(th) + 3 * u) * 0.05, -8, 8)
+    np.testing.assert_allclose(nxt[:, 2], new_dot, atol=1e-4)
+    reward = -(((th + np.pi) % (2 * np.pi) - np.pi) ** 2 + 0.1 * obs[:, 2] ** 2 + 0.001 * u**2)
+    np.testing.assert_allclose(data.reward, reward, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(returns, np.asarray(data.reward).reshape(2, -1).sum(1), rtol=1e-5)
+
+
+def test_references_match_the_spec_and_are_deterministic():
+    refs = ssar.reference_returns(jax.random.key(11), episodes=500)
+    assert -1290 <= refs["random"] <= -1170 and -180 <= refs["expert"] <= -130, refs
+    np.testing.assert_allclose(ssar.normalised_score(np.array([refs["expert"]]), refs), [100.0])
+    np.testing.assert_allclose(ssar.normalised_score(np.array([refs["random"]]), refs), [0.0])
+    again = ssar.make_dataset(KEY, "D-re")
+    np.testing.assert_array_equal(again.obs, d_re().obs)
+
+
+def test_datasets_have_their_parts_and_d_re_trusts_the_expert_episodes():
+    data = d_re()
+    assert data.obs.shape == (100 * ssar.EPISODE_LEN, 3) and data.episode_return.shape == (100,)
+    # the 15 expert episodes come last and all score above -400; no random one does
+    assert bool(jnp.all(data.episode_return[85:] > -400))
+    assert bool(jnp.all(data.episode_return[:85] < -400))
+    w = ssar.traj_trust(data, -400.0)
+    assert 0.14 <= float(w.mean()) <= 0.15
+    np.testing.assert_array_equal(w.reshape(100, -1), np.repeat(w.reshape(100, -1)[:, :1], 200, 1))
+    for name, parts in ssar.DATASETS.items():
+        assert sum(episodes for _, _, episodes in parts) == 100, name
+
+
+def test_traj_trust_cuts_episodes_at_breaks_terminals_and_max_len():
+    data, _ = ssar.rollout(jax.random.key(5), 3, "eps", 0.5)
+    ids = ssar.episode_ids(data)
+    np.testing.assert_array_equal(ids, np.repeat(np.arange(3), ssar.EPISODE_LEN))
+    np.testing.assert_array_equal(ssar.traj_trust(data, -np.inf), 1.0)
+    np.testing.assert_array_equal(ssar.traj_trust(data, np.inf), 0.0)
+    # a terminal at step 10 and a max length of 50 cut the same transitions
+    cut = data._replace(terminal=data.terminal.at[10].set(1.0))
+    ids = ssar.episode_ids(cut, max_len=50)
+    assert ids[10] == 0 and ids[11] == 1 and ids[60] == 1 and ids[61] == 2
+    # returns are summed per cut episode: trust one 11-step prefix with a lenient threshold
+    first = float(np.asarray(data.reward[:11]).sum())
+    w = np.asarray(ssar.traj_trust(cut, first - 1e-3, max_len=ssar.EPISODE_LEN))
+    assert w[:11].all()
+
+
+BAD = [
+    (lambda: ssar.make_dataset(KEY, "D-x"), ValueError, "`name` must be one of"),
+    (lambda: ssar.make_dataset(0, "D-re"), ValueError, "`key` must be a PRNG key"),
+    (lambda: ssar.rollout(KEY, 0, "expert"), ValueError, "`episodes` must be >= 1"),
+    (lambda: ssar.rollout(KEY, 2.5, "expert"), ValueError, "`episodes` must be an int"),
+    (lambda: ssar.rollout(KEY, 2, "greedy"), ValueError, "`policy` must be one of"),
+    (lambda: ssar.rollout(KEY, 2, "eps", 1.5), ValueError, "`param` must lie in [0.0, 1.0]"),
+    (lambda: ssar.rollout(KEY, 2, "noisy", -1.0), ValueError, "`param` must lie in [0.0"),
+    (lambda: ssar.rollout(np.zeros(3, np.uint32), 2, "expert"), ValueError, "`key` must be"),
+    (lambda: ssar.policy_action(KEY, _obs(0.0, 0.0), "eps", float("nan")), ValueError, "`param`"),
+    (lambda: ssar.expert_torque(jnp.ones((4, 2))), ValueError, "`obs` must be [..., 3]"),
+    (lambda: ssar.expert_torque("obs"), TypeError, "`obs` must be an array"),
+    (lambda: ssar.reference_returns(KEY, 0), ValueError, "`episodes` must be >= 1"),
+    (lambda: ssar.normalised_score(np.ones(2), {"random": 0.0}), ValueError, "`references`"),
+    (
+        lambda: ssar.normalised_score(np.ones(2), {"random": 0.0, "expert": -1.0}),
+        ValueError,
+        "expert > random",
+    ),
+    (
+        lambda: ssar.normalised_score(np.array([np.nan]), {"random": -1.0, "expert": 0.0}),
+        ValueError,
+        "`returns` must be finite",
+    ),  # fmt: skip
+    (lambda: ssar.traj_trust(d_re(), float("nan")), ValueError, "`ref_return`"),
+    (lambda: ssar.traj_trust(d_re(), "-400"), TypeError, "`ref_return`"),
+    (lambda: ssar.traj_trust({"obs": 1}, -400.0), TypeError, "`data` must be Transitions"),
+    (
+        lambda: ssar.traj_trust(d_re()._replace(reward=d_re().reward[:5]), -400.0),
+        ValueError,
+        "`data.reward` must have shape",
+    ),
+    (lambda: ssar.episode_ids(d_re(), max_len=0), ValueError, "`max_len` must be >= 1"),
+]
+
+
+@pytest.mark.parametrize(("call", "exc", "fragment"), BAD)
+def test_bad_input_is_a_clear_error(call, exc, fragment):
+    with pytest.raises(exc) as info:
+        call()
+    assert fragment in str(info.value), str(info.value)
