@@ -121,7 +121,8 @@ def _check_features(features: Sequence[int], name: str) -> None:
 
 
 class MLP(nn.Module):
-    """``Dense -> act [-> Dropout]`` per width in ``features[:-1]``, then ``Dense(features[-1])``.
+    """``Dense [-> LayerNorm] -> act [-> Dropout]`` per width in ``features[:-1]``, then
+    ``Dense(features[-1])``.
 
     Attributes:
       features: layer widths, the last one the output width (``(64, 64, 10)``: two hidden layers).
@@ -133,6 +134,8 @@ class MLP(nn.Module):
       init_gain: gain of the ``"orthogonal"`` scheme.
       negative_slope: slope of ``"leaky_relu"``.
       use_bias: add a bias in every layer.
+      layer_norm: a ``LayerNorm`` after every hidden ``Dense``, before the activation (the
+        offline-RL critics of CORL / SSAR).
 
     Call: ``mlp.apply(params, x [..., d_in], deterministic=True) -> [..., features[-1]]``.
     """
@@ -145,6 +148,7 @@ class MLP(nn.Module):
     init_gain: float = 1.0
     negative_slope: float = 0.01
     use_bias: bool = True
+    layer_norm: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array, deterministic: bool = True) -> jax.Array:
@@ -160,6 +164,8 @@ class MLP(nn.Module):
             )
         for width in self.features[:-1]:
             x = nn.Dense(int(width), use_bias=self.use_bias, **self._init(x))(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
             x = act(x)
             if self.dropout > 0.0:
                 x = nn.Dropout(self.dropout)(x, deterministic=deterministic)

@@ -150,3 +150,14 @@ def test_torch_uniform_default_dtype_follows_x64(key):
     assert torch_uniform(4)(key, (3,), jnp.float16).dtype == jnp.float16
     with jax.enable_x64(True):
         assert torch_uniform(4)(key, (3,)).dtype == jnp.float64
+
+
+def test_mlp_layer_norm_normalises_each_hidden_layer_before_the_activation():
+    x = jax.random.normal(jax.random.key(0), (5, 3)) * 10 + 4
+    mlp = MLP((6, 2), activation=None, layer_norm=True)
+    p = mlp.init(jax.random.key(1), x)
+    assert set(p["params"]) == {"Dense_0", "LayerNorm_0", "Dense_1"}
+    h = nn.Dense(6).apply({"params": p["params"]["Dense_0"]}, x)
+    h = (h - h.mean(-1, keepdims=True)) / jnp.sqrt(h.var(-1, keepdims=True) + 1e-6)
+    want = nn.Dense(2).apply({"params": p["params"]["Dense_1"]}, h)
+    np.testing.assert_allclose(mlp.apply(p, x), want, rtol=1e-4, atol=1e-5)

@@ -141,3 +141,126 @@ def test_bad_input_is_a_clear_error(call, exc, fragment):
     with pytest.raises(exc) as info:
         call()
     assert fragment in str(info.value), str(info.value)
+
+
+# --------------------------------------------------------------------------- networks and losses
+
+S_DIM, A_DIM, B = 3, 1, 16
+
+
+def _batch(seed=0):
+    ks = jax.random.split(jax.random.key(seed), 2)
+    return jax.random.normal(ks[0], (B, S_DIM)), jnp.tanh(jax.random.normal(ks[1], (B, A_DIM)))
+
+
+def test_beta_net_starts_at_beta0_and_stays_in_its_range():
+    s, _ = _batch()
+    net = ssar.BetaNet(beta0=0.4)
+    params = net.init(KEY, s)
+    zero_out = jax.tree_util.tree_map_with_path(
+        lambda p, x: jnp.zeros_like(x) if "out" in jax.tree_util.keystr(p) and "kernel"
+        in jax.tree_util.keystr(p) else x, params)  # fmt: skip
+    # sigmoid(ln 2) = 2/3, times 1.5 beta0: exactly beta0
+    np.testing.assert_allclose(net.apply(zero_out, s), 0.4, rtol=1e-6)
+    big = jax.tree_util.tree_map(lambda x: 50.0 * x, params)
+    beta = net.apply(big, 10 * s)
+    assert bool(jnp.all((beta >= 0) & (beta <= 0.6)))
+    paths = [(jax.tree_util.keystr(p), x) for p, x in jax.tree_util.tree_leaves_with_path(params)]
+    hidden_biases = [x for p, x in paths if "bias" in p and "out" not in p]
+    assert len(hidden_biases) == 3 and all(bool(jnp.all(b == 0)) for b in hidden_biases)
+
+
+def test_critics_are_two_layernorm_mlps_and_the_actor_is_bounded():
+    s, a = _batch()
+    critic = ssar.TwinCritic()
+    cp = critic.init(KEY, s, a)
+    assert critic.apply(cp, s, a).shape == (2, B)
+    assert set(cp["params"]) == {"q1", "q2"}
+    layers = {"Dense_0", "LayerNorm_0", "Dense_1", "LayerNorm_1", "Dense_2"}
+    assert set(cp["params"]["q1"]) == layers
+    actor = ssar.Actor(A_DIM, max_action=1.0)
+    ap = actor.init(KEY, s)
+    out = actor.apply(jax.tree_util.tree_map(lambda x: 100 * x, ap), s)
+    assert out.shape == (B, A_DIM) and float(jnp.max(jnp.abs(out))) <= 1.0
+
+
+def test_frozen_beta_reduces_the_actor_loss_to_td3bc_over_alpha():
+    s, a = _batch(1)
+    actor, critic = ssar.Actor(A_DIM), ssar.TwinCritic()
+    ap, cp = actor.init(jax.random.key(2), s), critic.init(jax.random.key(3), s, a)
+    alpha = 2.5
+    w = (jnp.arange(B) % 3 == 0).astype(jnp.float32)  # ignored: loosen = 0
+
+    def ssar_loss(p):
+        pi = actor.apply(p, s)
+        beta_t = ssar.td3bc.coefficient_weights(jnp.full((B,), 1 / alpha), w, 0.0)
+        return ssar.td3bc.actor_loss(pi, a, critic.apply(cp, s, pi)[0], beta_t)
+
+    def td3bc_over_alpha(p):  # the original TD3+BC loss (Fujimoto & Gu), divided by alpha
+        pi = actor.apply(p, s)
+        q = critic.apply(cp, s, pi)[0]
+        lam = alpha / jax.lax.stop_gradient(jnp.abs(q).mean())
+        return (-lam * q.mean() + jnp.mean((pi - a) ** 2)) / alpha
+
+    np.testing.assert_allclose(ssar_loss(ap), td3bc_over_alpha(ap), rtol=1e-6)
+    g1, g2 = jax.grad(ssar_loss)(ap), jax.grad(td3bc_over_alpha)(ap)
+    jax.tree_util.tree_map(lambda x, y: np.testing.assert_allclose(x, y, atol=1e-6), g1, g2)
+
+
+def test_the_coefficient_falls_inside_the_bound_rises_outside_and_ignores_untrusted_rows():
+    import optax
+
+    s, a = _batch(4)
+    net = ssar.BetaNet(beta0=0.4)
+    params = net.init(KEY, s)
+    opt = optax.adam(1e-3)
+    w = (jnp.arange(B) < B // 2).astype(jnp.float32)
+
+    def one_step(pi):
+        slack = ssar.td3bc.constraint_slack(pi, a, n=1.0)
+        loss = lambda p: ssar.td3bc.beta_loss(net.apply(p, s), slack, w, 1.0)  # noqa: E731
+        grads = jax.grad(loss)(params)
+        updates, _ = opt.update(grads, opt.init(params))
+        return slack, net.apply(optax.apply_updates(params, updates), s) - net.apply(params, s)
+
+    slack, change = one_step(a)  # pi(s) = a: d = 0 < C_1 = 0.01, slack > 0: beta falls
+    np.testing.assert_allclose(slack, 0.01, rtol=1e-5)
+    assert float(change[w > 0].mean()) < 0
+    slack, change = one_step(a + 1.0)  # |pi - a| = 1: d = 1
+    np.testing.assert_allclose(slack, 0.01 - 1.0, rtol=1e-5)
+    assert float(change[w > 0].mean()) > 0
+    # per-row: untrusted rows get exactly zero gradient through beta (select = 1)
+    g = jax.grad(lambda beta: ssar.td3bc.beta_loss(beta, slack, w, 1.0))(jnp.ones(B))
+    np.testing.assert_array_equal(g[w == 0], 0.0)
+    np.testing.assert_allclose(g[w > 0], slack[w > 0] / B, rtol=1e-6)
+    g_all = jax.grad(lambda beta: ssar.td3bc.beta_loss(beta, slack, w, 0.0))(jnp.ones(B))
+    np.testing.assert_allclose(g_all, slack / B, rtol=1e-6)  # select = 0: every row
+
+
+def test_the_slack_clips_each_dimension_at_one():
+    pi, a = jnp.zeros((1, 2)), jnp.array([[3.0, 0.5]])
+    np.testing.assert_allclose(
+        ssar.td3bc.constraint_slack(pi, a, n=2.0), [0.04 - (1.0 + 0.25) / 2], rtol=1e-6
+    )
+
+
+def test_threshold_schedule_rises_by_delta_then_freezes_for_good():
+    n, frozen = jnp.float32(1.0), jnp.bool_(False)
+    slacks = [-0.1, -0.2, -0.05, 0.3, -1.0, -1.0]  # three periods outside, then inside, then out
+    history = []
+    for sl in slacks:
+        n, frozen = ssar.td3bc.threshold_step(n, frozen, jnp.float32(sl), 1.0, 3.0)
+        history.append(float(n))
+    np.testing.assert_allclose(history, [1.2, 1.4, 1.6, 1.6, 1.6, 1.6], rtol=1e-6)
+    n = jnp.float32(1.0)
+    for _ in range(15):  # never above n_end
+        n, _ = ssar.td3bc.threshold_step(n, jnp.bool_(False), jnp.float32(-1.0), 1.0, 3.0)
+    np.testing.assert_allclose(n, 3.0, rtol=1e-6)
+
+
+def test_td_target_on_a_two_state_toy():
+    q_next = jnp.array([[1.0, 4.0], [2.0, 3.0]])  # [2 critics, B = 2]
+    y = ssar.td3bc.td_target(q_next, jnp.array([0.5, -1.0]), jnp.array([0.0, 1.0]), 0.9)
+    np.testing.assert_allclose(y, [0.5 + 0.9 * 1.0, -1.0], rtol=1e-6)
+    a = ssar.td3bc.smoothed_target_action(KEY, jnp.full((1000, 1), 0.9))
+    assert float(a.max()) <= 1.0 and float(jnp.abs(a - 0.9).max()) <= 0.5 + 1e-6

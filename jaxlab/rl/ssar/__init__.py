@@ -1,10 +1,12 @@
 """SSAR: selective state-adaptive regularisation for offline RL (Luo et al., ICML 2025), on a
 Pendulum stand-in for D4RL (issue 24).
 
-Landed so far: the offline data (:mod:`~jaxlab.rl.ssar.data`): gymnax ``Pendulum-v1`` rollouts
-under the spec's behaviour policies, the three datasets ``D-re`` / ``D-graded`` / ``D-me``, score
-references and the ``traj`` trust mask. Not yet: the networks, the TD3+BC / CQL (+SSAR) steps,
-the schedule, the trainer, the experiment and the benchmark.
+Landed so far: the offline data (:mod:`~jaxlab.rl.ssar.data`: gymnax ``Pendulum-v1`` rollouts
+under the spec's behaviour policies, the datasets ``D-re`` / ``D-graded`` / ``D-me``, score
+references, the ``traj`` trust mask), the networks (:mod:`~jaxlab.rl.ssar.nets`: TD3 actor, twin
+LayerNorm critics, the coefficient network ``BetaNet``) and TD3+BC+SSAR's loss pieces and
+threshold schedule (:mod:`~jaxlab.rl.ssar.td3bc`). Not yet: the jitted step and trainer
+(``make_trainer``), CQL+SSAR, the IQL trust mask, the experiment and the benchmark.
 
 Example::
 
@@ -17,6 +19,7 @@ Example::
     score = ssar.normalised_score(data.episode_return, refs)  # [100]
 """
 
+from jaxlab.rl.ssar import nets, td3bc
 from jaxlab.rl.ssar.data import (
     DATASETS,
     EPISODE_LEN,
@@ -32,8 +35,12 @@ from jaxlab.rl.ssar.data import (
     rollout,
     traj_trust,
 )
+from jaxlab.rl.ssar.nets import Actor, BetaNet, TwinCritic
 
 __all__ = [
+    "Actor",
+    "BetaNet",
+    "TwinCritic",
     "DATASETS",
     "EPISODE_LEN",
     "MAX_TORQUE",
@@ -46,5 +53,7 @@ __all__ = [
     "policy_action",
     "reference_returns",
     "rollout",
+    "td3bc",
+    "nets",
     "traj_trust",
 ]
