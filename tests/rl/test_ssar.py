@@ -264,3 +264,91 @@ def test_td_target_on_a_two_state_toy():
     np.testing.assert_allclose(y, [0.5 + 0.9 * 1.0, -1.0], rtol=1e-6)
     a = ssar.td3bc.smoothed_target_action(KEY, jnp.full((1000, 1), 0.9))
     assert float(a.max()) <= 1.0 and float(jnp.abs(a - 0.9).max()) <= 0.5 + 1e-6
+
+
+# --------------------------------------------------------------------------- the trainer
+
+TINY = ssar.TD3BCConfig(steps=40, batch=32, hidden=(8, 8), beta_hidden=(8, 8, 8),
+                        update_frac=0.25, beta_lr_budget=40 * 1e-3)  # fmt: skip
+
+
+@functools.cache
+def tiny_trainer():
+    data = d_re()
+    return ssar.make_trainer(TINY, data, ssar.traj_trust(data, -400.0), jax.random.key(9), 2)
+
+
+@functools.cache
+def _jit_step():
+    return jax.jit(tiny_trainer().step)
+
+
+def _runs():
+    return [ssar.td3bc_run(2.5), ssar.ssar_run(TINY)]
+
+
+def test_baseline_run_keeps_beta_frozen_and_ssar_moves_it():
+    trainer, step = tiny_trainer(), _jit_step()
+    for run, moves in zip(_runs(), (False, True), strict=True):
+        state = trainer.init(jax.random.key(4), run)
+        beta0 = state.beta
+        for _ in range(10):
+            state, metrics = step(state)
+        assert bool(metrics["finite"])
+        same = jax.tree_util.tree_all(
+            jax.tree_util.tree_map(lambda a, b: bool(jnp.array_equal(a, b)), state.beta, beta0)
+        )
+        assert same != moves
+        if not moves:  # the baseline's coefficient is exactly 1 / alpha on every row
+            np.testing.assert_allclose(metrics["beta_trusted"], 0.4, rtol=1e-6)
+            np.testing.assert_allclose(state.n, TINY.n_start)
+
+
+def test_scan_equals_the_host_loop_and_is_deterministic():
+    from jaxlab.core.training import scan_steps
+
+    trainer, step = tiny_trainer(), _jit_step()
+    state0 = trainer.init(jax.random.key(5), ssar.ssar_run(TINY))
+    host = state0
+    for _ in range(20):
+        host, _ = step(host)
+    scanned, metrics = jax.jit(lambda s: scan_steps(trainer.step, s, 20))(state0)
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), host.actor,
+        scanned.actor)  # fmt: skip
+    again, metrics2 = jax.jit(lambda s: scan_steps(trainer.step, s, 20))(state0)
+    np.testing.assert_array_equal(metrics["critic_loss"], metrics2["critic_loss"])
+    assert metrics["n"].shape == (20,)
+
+
+def test_runs_vmap_into_one_program_equal_to_separate_runs():
+    trainer, step = tiny_trainer(), _jit_step()
+    runs = ssar.RunSpec(*(jnp.stack(v) for v in zip(*_runs(), strict=True)))
+    keys = jax.random.split(jax.random.key(6), 2)
+    batched = jax.vmap(trainer.init)(keys, runs)
+    batched, metrics = jax.jit(jax.vmap(trainer.step))(batched)
+    for i, run in enumerate(_runs()):
+        single, m = step(trainer.init(keys[i], run))
+        np.testing.assert_allclose(metrics["actor_loss"][i], m["actor_loss"], rtol=1e-5)
+    returns = jax.jit(jax.vmap(trainer.evaluate))(batched)
+    assert returns.shape == (2, 2) and bool(jnp.all(jnp.isfinite(returns)))
+
+
+def test_trainer_bad_input():
+    trainer = tiny_trainer()
+    with pytest.raises(ValueError, match="`steps` must be >= 1"):
+        ssar.TD3BCConfig(steps=0)
+    with pytest.raises(ValueError, match="`gamma` must lie in"):
+        ssar.TD3BCConfig(gamma=1.0)
+    with pytest.raises(ValueError, match="`n_end` must lie in"):
+        ssar.TD3BCConfig(n_start=2.0, n_end=1.0)
+    with pytest.raises(ValueError, match="`trust` must have shape"):
+        ssar.make_trainer(TINY, d_re(), jnp.ones(5), KEY)
+    with pytest.raises(ValueError, match="`key` must be a PRNG key"):
+        trainer.init(0, ssar.td3bc_run())
+    with pytest.raises(TypeError, match="`run` must be a RunSpec"):
+        trainer.init(KEY, (2.5, 0, 0, 0))
+    with pytest.raises(ValueError, match="`alpha` must lie in"):
+        ssar.td3bc_run(-1.0)
+    with pytest.raises(ValueError, match="`x` must be None"):
+        trainer.step(trainer.init(KEY, ssar.td3bc_run()), x=1)

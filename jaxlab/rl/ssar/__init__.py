@@ -5,8 +5,9 @@ Landed so far: the offline data (:mod:`~jaxlab.rl.ssar.data`: gymnax ``Pendulum-
 under the spec's behaviour policies, the datasets ``D-re`` / ``D-graded`` / ``D-me``, score
 references, the ``traj`` trust mask), the networks (:mod:`~jaxlab.rl.ssar.nets`: TD3 actor, twin
 LayerNorm critics, the coefficient network ``BetaNet``) and TD3+BC+SSAR's loss pieces and
-threshold schedule (:mod:`~jaxlab.rl.ssar.td3bc`). Not yet: the jitted step and trainer
-(``make_trainer``), CQL+SSAR, the IQL trust mask, the experiment and the benchmark.
+threshold schedule (:mod:`~jaxlab.rl.ssar.td3bc`), and the TD3+BC(+SSAR) trainer
+(:func:`make_trainer`: one step for the method and its baselines, runs vmapped over
+:class:`RunSpec`). Not yet: CQL+SSAR, the IQL trust mask, the experiment and the benchmark.
 
 Example::
 
@@ -17,6 +18,14 @@ Example::
     w = ssar.traj_trust(data, ref_return=-400.0)              # [20000] 0/1, whole episodes
     refs = ssar.reference_returns(jax.random.key(1), episodes=20)
     score = ssar.normalised_score(data.episode_return, refs)  # [100]
+
+    config = ssar.TD3BCConfig(steps=20, batch=32)
+    trainer = ssar.make_trainer(config, data, w, jax.random.key(2), eval_episodes=2)
+    runs = [ssar.td3bc_run(2.5), ssar.ssar_run(config)]  # baseline and method: one program
+    runs = ssar.RunSpec(*(jax.numpy.stack(v) for v in zip(*runs, strict=True)))
+    state = jax.vmap(trainer.init)(jax.random.split(jax.random.key(3), 2), runs)
+    state, metrics = jax.jit(jax.vmap(trainer.step))(state)  # metrics["beta_trusted"]: [2]
+    returns = jax.vmap(trainer.evaluate)(state)                # [2 runs, 2 episodes]
 """
 
 from jaxlab.rl.ssar import nets, td3bc
@@ -36,11 +45,27 @@ from jaxlab.rl.ssar.data import (
     traj_trust,
 )
 from jaxlab.rl.ssar.nets import Actor, BetaNet, TwinCritic
+from jaxlab.rl.ssar.train import (
+    RunSpec,
+    TD3BCConfig,
+    TD3BCState,
+    Trainer,
+    make_trainer,
+    ssar_run,
+    td3bc_run,
+)
 
 __all__ = [
     "Actor",
     "BetaNet",
+    "RunSpec",
+    "TD3BCConfig",
+    "TD3BCState",
+    "Trainer",
     "TwinCritic",
+    "make_trainer",
+    "ssar_run",
+    "td3bc_run",
     "DATASETS",
     "EPISODE_LEN",
     "MAX_TORQUE",
