@@ -352,3 +352,26 @@ def test_trainer_bad_input():
         ssar.td3bc_run(-1.0)
     with pytest.raises(ValueError, match="`x` must be None"):
         trainer.step(trainer.init(KEY, ssar.td3bc_run()), x=1)
+
+
+# --------------------------------------------------------------------------- the iql trust mask
+
+
+def test_expectile_minimiser_is_the_mean_at_half_and_tends_to_the_max():
+    q = jnp.array([0.0, 1.0, 2.0, 7.0])
+    grid = jnp.linspace(-1.0, 8.0, 9001)
+    loss = lambda tau: jax.vmap(lambda v: ssar.expectile_loss(q - v, tau))(grid)  # noqa: E731
+    np.testing.assert_allclose(grid[jnp.argmin(loss(0.5))], q.mean(), atol=2e-3)
+    assert float(grid[jnp.argmin(loss(0.99))]) > 6.0
+    # tau = 0.5 is half the mean squared error
+    np.testing.assert_allclose(ssar.expectile_loss(q - 1.0, 0.5), 0.5 * jnp.mean((q - 1.0) ** 2))
+
+
+def test_iql_trust_ranks_the_graded_episodes():
+    data = ssar.make_dataset(KEY, "D-graded")  # 20 episodes each of eps = 1, .75, .5, .25, 0
+    w = np.asarray(ssar.iql_trust(jax.random.key(1), data, tau=0.7, steps=8000, batch=64))
+    assert set(np.unique(w)) <= {0.0, 1.0}
+    per_part = w.reshape(5, -1).mean(1)
+    assert per_part[-1] > per_part[0] + 0.3, per_part  # expert rows trusted far more than random
+    with pytest.raises(ValueError, match="`tau` must lie in"):
+        ssar.iql_trust(KEY, data, tau=1.0)

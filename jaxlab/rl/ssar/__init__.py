@@ -7,7 +7,8 @@ references, the ``traj`` trust mask), the networks (:mod:`~jaxlab.rl.ssar.nets`:
 LayerNorm critics, the coefficient network ``BetaNet``) and TD3+BC+SSAR's loss pieces and
 threshold schedule (:mod:`~jaxlab.rl.ssar.td3bc`), and the TD3+BC(+SSAR) trainer
 (:func:`make_trainer`: one step for the method and its baselines, runs vmapped over
-:class:`RunSpec`). Not yet: CQL+SSAR, the IQL trust mask, the experiment and the benchmark.
+:class:`RunSpec`), the ``iql`` trust mask (:func:`iql_trust`). Not yet: CQL+SSAR and the
+benchmark.
 
 Example::
 
@@ -28,7 +29,7 @@ Example::
     returns = jax.vmap(trainer.evaluate)(state)                # [2 runs, 2 episodes]
 """
 
-from jaxlab.rl.ssar import nets, td3bc
+from jaxlab.rl.ssar import iql, nets, td3bc
 from jaxlab.rl.ssar.data import (
     DATASETS,
     EPISODE_LEN,
@@ -44,6 +45,7 @@ from jaxlab.rl.ssar.data import (
     rollout,
     traj_trust,
 )
+from jaxlab.rl.ssar.iql import expectile_loss, iql_trust
 from jaxlab.rl.ssar.nets import Actor, BetaNet, TwinCritic
 from jaxlab.rl.ssar.train import (
     RunSpec,
@@ -72,7 +74,10 @@ __all__ = [
     "POLICIES",
     "Transitions",
     "episode_ids",
+    "expectile_loss",
     "expert_torque",
+    "iql",
+    "iql_trust",
     "make_dataset",
     "normalised_score",
     "policy_action",
