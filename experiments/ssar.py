@@ -51,6 +51,12 @@ class Config:
       eval_every, eval_episodes: evaluation cadence and episodes per evaluation.
       ref_return: the ``traj`` trust threshold. n_start, n_end: SSAR's threshold range.
       hidden, beta_hidden: network widths. reference_episodes: episodes per score reference.
+      variants: the SSAR runs beside the fixed alphas (:data:`VARIANTS`): ``ssar`` (select and
+        loosen on), ``ssar_no_select`` (state-adaptive only: beta trained and applied on every
+        row), ``select_only`` (selection without adaptation: beta fixed at beta0, BC on trusted
+        rows only), ``ssar_no_loosen`` (beta trained on trusted rows, BC on every row).
+      trust: ``traj`` (return > ``ref_return``) or ``iql`` (expectile ``iql_tau``, ``iql_steps``
+        steps of 64 rows).
     """
 
     seed: int = 0
@@ -67,7 +73,19 @@ class Config:
     hidden: tuple[int, ...] = (64, 64)
     beta_hidden: tuple[int, ...] = (64, 64, 64)
     reference_episodes: int = 500
+    variants: tuple[str, ...] = ("ssar",)
+    trust: str = "traj"
+    iql_tau: float = 0.7
+    iql_steps: int = 8000
 
+
+# variant -> (adapt, select, loosen)
+VARIANTS = {
+    "ssar": (1.0, 1.0, 1.0),
+    "ssar_no_select": (1.0, 0.0, 0.0),
+    "select_only": (0.0, 1.0, 1.0),
+    "ssar_no_loosen": (1.0, 1.0, 0.0),
+}
 
 LIMITS = {
     "datasets": Choice(*ssar.DATASETS, min_items=1),
@@ -83,30 +101,56 @@ LIMITS = {
     "hidden": Range(1, min_items=1),
     "beta_hidden": Range(1, min_items=1),
     "reference_episodes": COUNT,
+    "variants": Choice(*VARIANTS, min_items=1),
+    "trust": Choice("traj", "iql"),
+    "iql_tau": Range(0, 1, low_open=True, high_open=True),
+    "iql_steps": COUNT,
 }
 
 PRESETS = {
     "quick": Config(),
     # the TD3+BC half of the issue's full preset (the CQL / CQL+SSAR arm is not built yet)
     "full": Config(datasets=("D-re", "D-graded"), alphas=(1.0, 2.5, 10.0), steps=15_000),
+    # D-me with the sweep, and the three SSAR ablations beside SSAR (traj trust); the iql and
+    # n_end studies run with --set trust=iql / --set n_end=1.5 (one trust and n_end per run)
+    "ablation": Config(
+        datasets=("D-me",),
+        alphas=(1.0, 2.5, 10.0),
+        steps=15_000,
+        variants=tuple(VARIANTS),
+    ),
 }
 
 
 def method_names(config: Config) -> list[str]:
-    return [f"td3bc_a{a:g}" for a in config.alphas] + ["td3bc_ssar"]
+    names = {"ssar": "td3bc_ssar"}
+    return [f"td3bc_a{a:g}" for a in config.alphas] + [
+        names.get(v, f"td3bc_{v}") for v in config.variants
+    ]
+
+
+def variant_run(tcfg: ssar.TD3BCConfig, variant: str) -> ssar.RunSpec:
+    adapt, select, loosen = VARIANTS[variant]
+    return ssar.RunSpec(*(jnp.float32(v) for v in (1 / tcfg.beta0, adapt, select, loosen)))
 
 
 def run_dataset(config: Config, name: str, key, refs: dict) -> dict:
     """Every method on dataset ``name``: scores, curves and diagnostics."""
     k_data, k_eval, k_runs = jax.random.split(key, 3)
     data = ssar.make_dataset(k_data, name)
-    trust = ssar.traj_trust(data, config.ref_return)
+    if config.trust == "iql":
+        k_data, k_iql = jax.random.split(k_data)
+        trust = ssar.iql_trust(k_iql, data, config.iql_tau, config.iql_steps, batch=64)
+    else:
+        trust = ssar.traj_trust(data, config.ref_return)
     tcfg = ssar.TD3BCConfig(steps=config.steps, batch=config.batch, hidden=config.hidden,
                             beta_hidden=config.beta_hidden, n_start=config.n_start,
                             n_end=config.n_end)  # fmt: skip
     trainer = ssar.make_trainer(tcfg, data, trust, k_eval, config.eval_episodes)
     methods = method_names(config)
-    specs = [ssar.td3bc_run(a) for a in config.alphas] + [ssar.ssar_run(tcfg)]
+    specs = [ssar.td3bc_run(a) for a in config.alphas] + [
+        variant_run(tcfg, v) for v in config.variants
+    ]
     per_run = [s for s in specs for _ in range(config.seeds)]  # [M * S], method-major
     runs = ssar.RunSpec(*(jnp.stack(v) for v in zip(*per_run, strict=True)))
     state = jax.vmap(trainer.init)(jax.random.split(k_runs, len(per_run)), runs)
@@ -154,12 +198,12 @@ def dataset_claims(results: dict, config: Config) -> dict:
     the best fixed alpha."""
     claims = {}
     for n, r in results.items():
-        if "td3bc_a2.5" not in r["score"]:
+        if "td3bc_a2.5" not in r["score"] or "td3bc_ssar" not in r["score"]:
             continue
         diff = np.subtract(r["score"]["td3bc_ssar"]["seeds"], r["score"]["td3bc_a2.5"]["seeds"])
         se = float(diff.std(ddof=1) / np.sqrt(len(diff))) if len(diff) > 1 else float("nan")
         margin = 10.0 if n == "D-re" else 5.0
-        fixed = [m for m in r["score"] if m != "td3bc_ssar"]
+        fixed = [m for m in r["score"] if m.startswith("td3bc_a")]
         best = max(r["score"][m]["mean"] for m in fixed)
         claims[n] = {
             "ssar_minus_td3bc_a2.5": float(diff.mean()),
@@ -211,7 +255,7 @@ def run(config: Config, out_dir: Path) -> dict:
         seconds_per_step={n: r["seconds_per_step"] for n, r in results.items()},
     )
     metrics["claims"] = claims = dataset_claims(results, config)
-    fixed = [m for m in methods if m != "td3bc_ssar"]
+    fixed = [m for m in methods if m.startswith("td3bc_a")]
     if len(fixed) > 1:
         best = {n: max(fixed, key=lambda m: r["score"][m]["mean"]) for n, r in results.items()}
         metrics["best_fixed_alpha"] = {n: float(b.removeprefix("td3bc_a")) for n, b in best.items()}

@@ -29,3 +29,16 @@ def test_tiny_ssar_run(tmp_path):
     assert set(m["reference_return"]) == {"random", "expert"}
     assert m["reference_return"]["random"] < m["reference_return"]["expert"]
     assert (tmp_path / "report.md").exists() and (tmp_path / "curves.png").exists()
+
+
+def test_variants_are_the_documented_flag_settings():
+    from jaxlab.rl import ssar
+
+    cfg = ssar.TD3BCConfig()
+    assert E.variant_run(cfg, "ssar") == ssar.ssar_run(cfg)
+    flags = {v: tuple(float(x) for x in E.variant_run(cfg, v))[1:] for v in E.VARIANTS}
+    assert flags["ssar_no_select"] == (1.0, 0.0, 0.0)  # state-adaptive only
+    assert flags["select_only"] == (0.0, 1.0, 1.0)  # beta fixed at beta0, BC on trusted rows
+    assert flags["ssar_no_loosen"] == (1.0, 1.0, 0.0)
+    names = E.method_names(E.PRESETS["ablation"])
+    assert names[:3] == ["td3bc_a1", "td3bc_a2.5", "td3bc_a10"] and "td3bc_ssar" in names
