@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxlab.core.checks import check_int, check_real, check_scalar, is_concrete
+from jaxlab.core.checks import check_bool, check_int, check_real, check_scalar, is_concrete
 from jaxlab.federated.robust_dkw._checks import as_array, check_count, check_result, check_values
 
 __all__ = [
@@ -100,11 +100,6 @@ def _check_points(x, name: str = "lam") -> jax.Array:
     return jnp.asarray(check_values(x, name, ndim=1, nonempty=True))
 
 
-def _check_bool(value, name: str) -> None:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"`{name}` must be a bool, got {value!r} ({type(value).__name__}).")
-
-
 # ---- constants -----------------------------------------------------------------------------------
 
 
@@ -136,7 +131,7 @@ def count_below(r: jax.Array, x: jax.Array, *, strict: bool = False) -> jax.Arra
     """
     check_values(r, "r", ndim=1)
     check_values(x, "x", ndim=1)
-    _check_bool(strict, "strict")
+    check_bool(strict, "strict")
     r, x = as_array(r), as_array(x)
     order = jnp.argsort(x)
     # r_k <= x_j  <=>  j >= (first sorted index with x >= r_k); strict: first with x > r_k
@@ -196,7 +191,7 @@ def dkw_band(
     lam = _check_points(lam)
     check_count(n_min, "n_min")
     _check_delta(delta)
-    _check_bool(client_term, "client_term")
+    check_bool(client_term, "client_term")
     return _band(r_hat, lam, n_min, delta, client_term)
 
 

@@ -31,14 +31,20 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxlab.core.checks import check_array, check_int, check_key, check_scalar, is_concrete
+from jaxlab.core.checks import (
+    check_array,
+    check_bool,
+    check_int,
+    check_key,
+    check_scalar,
+    is_concrete,
+)
 from jaxlab.core.nn import MLP
 from jaxlab.core.training import fit, minibatch_epochs
 from jaxlab.probabilistic.gp_vae.model import (
     Component,
     Covariates,
     _check_components,
-    _check_flag,
     check_covariates,
 )
 
@@ -66,7 +72,7 @@ def covariate_features(cov: Covariates, n_subjects: int, subject_column: int, ne
     subject_column = check_int(
         subject_column, "subject_column", minimum=0, maximum=np.shape(cov.categorical)[1] - 1
     )
-    _check_flag(new_subjects, "new_subjects")
+    check_bool(new_subjects, "new_subjects")
     ids = cov.categorical[:, subject_column]
     if not isinstance(ids, jax.core.Tracer) and np.size(ids):
         a = np.asarray(ids)

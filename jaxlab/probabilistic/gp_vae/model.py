@@ -37,6 +37,7 @@ from numpyro.contrib.module import flax_module
 
 from jaxlab.core.checks import (
     check_array,
+    check_bool,
     check_choice,
     check_int,
     check_rank,
@@ -410,17 +411,12 @@ def _check_weights(weights, components, latent_dim: int | None = None) -> int:
     return latent_dim
 
 
-def _check_flag(x, name: str) -> None:
-    if not isinstance(x, bool | np.bool_):
-        raise TypeError(f"`{name}` must be a bool, got {x!r}.")
-
-
 def _check_latent_args(weights, cov, components, new_subjects) -> None:
     """The checks of :func:`latent` / :func:`latent_dense` / :func:`component_latents`."""
     components = _check_components(components)
     check_covariates(cov, components)
     _check_weights(weights, components)
-    _check_flag(new_subjects, "new_subjects")
+    check_bool(new_subjects, "new_subjects")
 
 
 def _mask(cov: Covariates, c: Component, dtype) -> jax.Array | float:

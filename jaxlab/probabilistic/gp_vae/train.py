@@ -21,6 +21,7 @@ from numpyro.infer import SVI, TraceMeanField_ELBO
 
 from jaxlab.core.checks import (
     check_array,
+    check_bool,
     check_int,
     check_key,
     check_same_tree,
@@ -30,7 +31,6 @@ from jaxlab.core.checks import (
 from jaxlab.probabilistic.gp_vae.model import (
     Covariates,
     GPVAEModel,
-    _check_flag,
     _check_mask,
     check_covariates,
     latent,
@@ -274,6 +274,6 @@ def predict(
     """
     _check_params(model, params)
     check_covariates(cov, model.config.components)
-    _check_flag(new_subjects, "new_subjects")
+    check_bool(new_subjects, "new_subjects")
     z = latent(posterior_mean_weights(model, params), cov, model.config.components, new_subjects)
     return model.decoder.apply({"params": params["decoder$params"]}, z, deterministic=True)

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxlab.core.checks import check_float_dtype, check_int, check_key, check_scalar
-from jaxlab.stats.cmi_test.nuisance import GaussianGenerator, _check_name
+from jaxlab.core.checks import check_choice, check_float_dtype, check_int, check_key, check_scalar
+from jaxlab.stats.cmi_test.nuisance import GaussianGenerator
 
 __all__ = ["SETTINGS", "GaussianDesign", "OracleMean", "gaussian_design"]
 
@@ -94,7 +94,7 @@ def gaussian_design(
     setting: str, dz: int = 25, dx: int = 25, rho: float = 0.3, dtype=jnp.float32
 ) -> GaussianDesign:
     """Build a setting of :data:`SETTINGS` (see the module docstring), arrays in ``dtype``."""
-    _check_name(setting, "setting", SETTINGS)
+    check_choice(setting, "setting", SETTINGS)
     dz = check_int(dz, "dz", minimum=2)  # beta_z has two non-zero coordinates
     dx = check_int(dx, "dx", minimum=5)  # a2_sparse's beta_x has five
     check_scalar(rho, "rho", -1.0, 1.0, low_open=True, high_open=True)  # Sigma positive definite

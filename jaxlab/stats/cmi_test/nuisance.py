@@ -74,13 +74,6 @@ def _check_finite_scalar(value, name: str) -> None:
     check_scalar(value, name)
 
 
-def _check_name(value, name: str, choices) -> str:
-    """``value`` is one of the strings ``choices`` (an array or list gets the same clear error)."""
-    if not isinstance(value, str):
-        raise ValueError(f"`{name}` must be one of {tuple(choices)}, got {value!r:.60}.")
-    return check_choice(value, name, choices)
-
-
 def _is_placeholder(value) -> bool:
     """What JAX may put in a pytree child's place when it unflattens (``None``, a sentinel
     ``object()``, an axis number, an array, a tracer, a shape): not checked as a fitter."""
@@ -112,7 +105,7 @@ def _check_bool(value, name: str) -> None:
 
 def _check_adamw(fitter) -> None:
     """The shared optimiser fields ``lr``, ``b1``, ``b2``, ``weight_decay``, ``decay``, ``clip``."""
-    _check_name(fitter.decay, "decay", ("coupled", "decoupled"))
+    check_choice(fitter.decay, "decay", ("coupled", "decoupled"))
     check_scalar(fitter.lr, "lr", 0.0, low_open=True)
     check_scalar(fitter.b1, "b1", 0.0, 1.0, high_open=True)
     check_scalar(fitter.b2, "b2", 0.0, 1.0, high_open=True)
@@ -393,7 +386,7 @@ def _is_bool(a) -> bool:
 
 def _check_kernel_inputs(x, xt, kernel, *, bandwidth, bandwidth_name: str = "bandwidth") -> None:
     """``x [n, dx]`` and ``xt [n, M, dx]`` (finite where concrete), a kernel, a bandwidth > 0."""
-    _check_name(kernel, "kernel", ("laplace", "gaussian"))
+    check_choice(kernel, "kernel", ("laplace", "gaussian"))
     check_array(x, "x", ndim=2)
     n, dx = np.shape(x)
     if n < 1 or dx < 1:
@@ -596,7 +589,7 @@ class GMMNGenerator:
         check_int(self.train_samples, "train_samples", minimum=1)
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size", minimum=1)
-        _check_name(self.batching, "batching", ("epoch", "draw"))
+        check_choice(self.batching, "batching", ("epoch", "draw"))
         _check_adamw(self)
         for name in ("lambda_gaussian", "lambda_laplace", "lambda_l1"):
             check_scalar(getattr(self, name), name, 0.0)

@@ -43,6 +43,8 @@ from jax.sharding import Mesh
 from jaxlab.core import sharding
 from jaxlab.core.checks import (
     check_array,
+    check_bool,
+    check_choice,
     check_finite,
     check_int,
     check_key,
@@ -61,7 +63,6 @@ from jaxlab.stats.cmi_test.nuisance import (
     PerturbedRegressor,
     Regressor,
     SoftmaxMean,
-    _check_name,
     centred_gram,
 )
 
@@ -112,8 +113,8 @@ class CMIConfig:
         check_int(self.folds, "folds", minimum=2)  # cross-fitting needs two folds
         check_int(self.num_samples, "num_samples", minimum=1)
         check_int(self.num_boot, "num_boot", minimum=1)
-        _check_name(self.kernel, "kernel", KERNELS)
-        _check_name(self.multiplier, "multiplier", MULTIPLIERS)
+        check_choice(self.kernel, "kernel", KERNELS)
+        check_choice(self.multiplier, "multiplier", MULTIPLIERS)
 
 
 class TestResult(NamedTuple):
@@ -164,11 +165,6 @@ def _check_mask_rows(mask, name: str) -> None:
             raise ValueError(
                 f"`{name}` must mark at least 2 rows in every fold, got counts {counts.tolist()}."
             )
-
-
-def _check_bool(value, name: str) -> None:
-    if not isinstance(value, bool | np.bool_):
-        raise TypeError(f"`{name}` must be a bool, got {value!r} ({type(value).__name__}).")
 
 
 def _check_fitter(fitter, name: str, role: str, out_dim: int, dz: int) -> None:
@@ -344,8 +340,8 @@ def fold_matrix(
 
     ``centred=False`` gives the naive statistic's ``U = k(x, x)`` (``x_tilde`` unused).
     """
-    _check_name(kernel, "kernel", KERNELS)
-    _check_bool(centred, "centred")
+    check_choice(kernel, "kernel", KERNELS)
+    check_bool(centred, "centred")
     check_array(x, "x", ndim=2)
     n, dx = np.shape(x)
     if n < 2 or dx < 1:
@@ -417,7 +413,7 @@ def kernel_test_from_folds(
     """The centred (``"cmi"``) or naive kernel test from fitted folds (``p_value`` NaN and
     ``finite`` false if the statistic or a draw is not finite)."""
     _check_config(config)
-    _check_bool(centred, "centred")
+    check_bool(centred, "centred")
     _check_folds(folds, centred=centred)
     key = check_key(key, "key")
     f = jax.vmap(functools.partial(fold_matrix, kernel=config.kernel, centred=centred))(*folds)
