@@ -22,9 +22,7 @@ from experiments._runner import (
     ExperimentError,
     build_report,
     discover,
-    prepare_out_dir,
     print_error,
-    resolve_config,
     run_experiment,
 )
 
@@ -90,10 +88,6 @@ def _run(args, registry: Mapping[str, Experiment]) -> int:
         if args.all and args.preset not in exp.presets:
             print(f"[{name}] has no preset {args.preset!r}; skipped")
             continue
-        # bad fields and output-folder problems: reported before any output
-        resolve_config(exp, args.preset, args.seed, args.overrides)
-        prepare_out_dir(Path(args.out) if args.out else RESULTS_DIR / name)
-        print(f"[{name}] running preset {args.preset!r}", flush=True)
         try:
             metrics = run_experiment(
                 exp,
@@ -102,6 +96,7 @@ def _run(args, registry: Mapping[str, Experiment]) -> int:
                 overrides=args.overrides,
                 out_dir=args.out,
                 resume=args.resume,
+                on_start=lambda n=name: print(f"[{n}] running preset {args.preset!r}", flush=True),
             )
         except ExperimentError:
             raise

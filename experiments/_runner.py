@@ -202,8 +202,13 @@ def run_experiment(
     overrides: list[str] | None = None,
     out_dir: str | Path | None = None,
     resume: bool = False,
+    on_start: Callable[[], None] | None = None,
 ) -> dict:
     """Run one experiment and write its ``metrics.json``; return the metrics written.
+
+    ``on_start`` is called once the config and the output folder have passed their checks, just
+    before the run (the CLI prints its "running" line there, so a bad setting prints only the
+    error).
 
     Raises:
       ExperimentError: bad preset/override, or ``resume`` with a different config.
@@ -230,6 +235,8 @@ def run_experiment(
         (out / stale).unlink(missing_ok=True)
     _write_json_atomic(config_path, config_json)
 
+    if on_start is not None:
+        on_start()
     start = time.perf_counter()
     try:
         figures = exp.run(config, out)
