@@ -43,6 +43,7 @@ from jaxlab.rl.ssar.data import (
     policy_action,
     reference_returns,
     rollout,
+    state_normaliser,
     traj_trust,
 )
 from jaxlab.rl.ssar.iql import expectile_loss, iql_trust
@@ -83,6 +84,7 @@ __all__ = [
     "policy_action",
     "reference_returns",
     "rollout",
+    "state_normaliser",
     "td3bc",
     "nets",
     "traj_trust",

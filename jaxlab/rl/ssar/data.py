@@ -56,6 +56,7 @@ __all__ = [
     "policy_action",
     "reference_returns",
     "rollout",
+    "state_normaliser",
     "traj_trust",
 ]
 
@@ -244,6 +245,14 @@ def traj_trust(data: Transitions, ref_return: float, max_len: int = EPISODE_LEN)
     ids = episode_ids(data, max_len)
     returns = np.bincount(ids, weights=np.asarray(data.reward, np.float64))
     return jnp.asarray((returns > ref_return)[ids], jnp.float32)
+
+
+def state_normaliser(data: Transitions):
+    """``o -> (o - mean) / (std + 1e-3)`` with the dataset's per-feature state moments (the
+    official TD3+BC / CORL normalisation, used by the trainer and the IQL critic alike)."""
+    mean = data.obs.mean(0, keepdims=True)  # [1, S]: no rank promotion against [B, S]
+    std = data.obs.std(0, keepdims=True) + 1e-3
+    return lambda o: (o - mean) / std
 
 
 def _check_transitions(data) -> None:

@@ -16,7 +16,7 @@ import optax
 
 from jaxlab.core.checks import check_int, check_ints, check_key, check_scalar
 from jaxlab.core.nn import MLP
-from jaxlab.rl.ssar.data import Transitions, _check_transitions
+from jaxlab.rl.ssar.data import Transitions, _check_transitions, state_normaliser
 from jaxlab.rl.ssar.nets import TwinCritic
 
 __all__ = ["expectile_loss", "iql_trust"]
@@ -52,9 +52,8 @@ def iql_trust(
 
 @functools.partial(jax.jit, static_argnums=(2, 3, 4, 5, 6))
 def _iql_trust(key, data, tau, steps, batch, hidden, gamma):
-    mean = data.obs.mean(0, keepdims=True)
-    std = data.obs.std(0, keepdims=True) + 1e-3
-    obs, nxt = (data.obs - mean) / std, (data.next_obs - mean) / std
+    norm = state_normaliser(data)
+    obs, nxt = norm(data.obs), norm(data.next_obs)
     q_net = TwinCritic(hidden, layer_norm=False)
     v_net = MLP((*hidden, 1), activation="relu", init_scheme="torch")
     k_q, k_v, k_run = jax.random.split(key, 3)

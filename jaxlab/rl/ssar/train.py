@@ -19,6 +19,7 @@ a documented deviation). Actor and beta updates are computed every step and appl
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import NamedTuple
 
 import gymnax
@@ -34,11 +35,16 @@ from jaxlab.core.checks import (
     check_ints,
     check_key,
     check_scalar,
-    check_shape,
 )
 from jaxlab.core.training import all_finite
 from jaxlab.rl.ssar import td3bc as L
-from jaxlab.rl.ssar.data import EPISODE_LEN, MAX_TORQUE, Transitions
+from jaxlab.rl.ssar.data import (
+    EPISODE_LEN,
+    MAX_TORQUE,
+    Transitions,
+    _check_transitions,
+    state_normaliser,
+)
 from jaxlab.rl.ssar.nets import Actor, BetaNet, TwinCritic
 
 __all__ = [
@@ -167,10 +173,10 @@ class Trainer(NamedTuple):
     ``evaluate(state) -> [E]`` episode returns from the trainer's fixed start states;
     ``policy(state, obs) -> actions`` in ``[-1, 1]`` (raw observations)."""
 
-    init: callable
-    step: callable
-    evaluate: callable
-    policy: callable
+    init: Callable
+    step: Callable
+    evaluate: Callable
+    policy: Callable
 
 
 def _soft(target, online, tau):
@@ -192,15 +198,13 @@ def make_trainer(
     draws the ``eval_episodes`` start states shared by every run (returns depend on the start
     angle, so runs are compared on the same starts)."""
     check_instance(config, "config", TD3BCConfig)
-    check_instance(data, "data", Transitions)
-    n_rows = check_array(data.obs, "data.obs", ndim=2, kind="float").shape[0]
+    _check_transitions(data)
+    n_rows = data.obs.shape[0]
     trust = check_array(trust, "trust", shape=(n_rows,), kind="float")
     eval_key = check_key(eval_key, "eval_key")
     check_int(eval_episodes, "eval_episodes", minimum=1)
     a_dim = data.action.shape[1]
-    mean = data.obs.mean(0, keepdims=True)  # [1, S]
-    std = data.obs.std(0, keepdims=True) + 1e-3
-    norm = lambda o: (o - mean) / std  # noqa: E731
+    norm = state_normaliser(data)
     obs, next_obs = norm(data.obs), norm(data.next_obs)
     actor, critic = Actor(a_dim, tuple(config.hidden)), TwinCritic(tuple(config.hidden))
     beta_net = BetaNet(config.beta0, tuple(config.beta_hidden))
@@ -330,5 +334,4 @@ def make_trainer(
 
         return jax.vmap(episode)(starts)
 
-    check_shape(data.action, "data.action", (n_rows, None))
     return Trainer(init, step, evaluate, policy)
