@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
+    "check_abstract_call",
     "check_array",
     "check_bool",
     "check_callable",
@@ -473,3 +474,17 @@ def check_distribution(
     x = check_array(x, name, shape=shape, dims=dims, kind="float")
     check_simplex(x, name, atol=atol)
     return x
+
+
+def check_abstract_call(fn: Any, args: Sequence[Any], what: str) -> Any:
+    """``jax.eval_shape(fn, *args)`` (an abstract trace: nothing runs or compiles), with any error
+    of ``fn`` re-raised as one ``ValueError`` starting with ``what`` (which names the argument,
+    e.g. "`params` do not fit `inner`") and ending with the original error's type and first
+    line. Use it where user parameters or inputs meet a network, so a mismatch is named at the
+    boundary rather than deep inside flax or an ODE solve. Returns the output's shape pytree."""
+    try:
+        return jax.eval_shape(fn, *args)
+    except Exception as e:  # noqa: BLE001 - re-raised naming the argument
+        text = str(e).strip()
+        detail = text.splitlines()[0][:300] if text else ""
+        raise ValueError(f"{what} ({type(e).__name__}: {detail})") from None

@@ -144,3 +144,11 @@ def test_structural_checks_pass_good_values():
     assert C.check_float_dtype(None) is None and C.check_float_dtype(jnp.float32) == jnp.float32
     C.check_simplex(np.full((2, 3), 1 / 3), "P")
     C.check_same_tree({"w": jax.ShapeDtypeStruct((3,), jnp.float32)}, "s", {"w": jnp.ones(3)}, "r")
+
+
+def test_check_abstract_call_names_the_argument_and_keeps_the_cause():
+    out = C.check_abstract_call(lambda w, x: x @ w, (jnp.ones((3, 2)), jnp.ones((4, 3))), "`w`")
+    assert out.shape == (4, 2)  # abstract: a ShapeDtypeStruct, nothing ran
+    with pytest.raises(ValueError, match=r"^`w` do not fit \(TypeError: dot_general"):
+        C.check_abstract_call(lambda w, x: x @ w, (jnp.ones((5, 2)), jnp.ones((4, 3))),
+                              "`w` do not fit")  # fmt: skip

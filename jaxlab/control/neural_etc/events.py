@@ -39,7 +39,13 @@ from optimistix._solver.bisection import _BisectionState  # state layout of optx
 
 from jaxlab.control.neural_etc import _checks
 from jaxlab.control.neural_etc.systems import ControlSystem
-from jaxlab.core.checks import check_finite, check_int, check_real, check_scalar
+from jaxlab.core.checks import (
+    check_abstract_call,
+    check_finite,
+    check_int,
+    check_real,
+    check_scalar,
+)
 
 Params = Any
 ParamFn = Callable[[Params, jax.Array], jax.Array]
@@ -281,14 +287,11 @@ def _check_fits(field: YFn, event: YFn, y0: jax.Array, params: Params) -> None:
     """Abstract trace (nothing runs): ``field`` maps the augmented state ``[2n]`` to ``[2n]`` and
     ``event`` to a scalar, else a ``ValueError`` naming ``x0`` / ``params`` (not a deep flax
     error from inside the ODE solve)."""
-    try:
-        dy, h = jax.eval_shape(lambda y, p: (field(y, p), event(y, p)), y0, params)
-    except Exception as e:  # noqa: BLE001 - re-raised naming the arguments
-        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise ValueError(
-            f"`x0` (size {y0.shape[0] // 2}) and `params` do not fit `field` / `event` "
-            f"({type(e).__name__}: {msg}); built for another system or network size?"
-        ) from None
+    what = (
+        f"`x0` (size {y0.shape[0] // 2}) and `params` do not fit `field` / `event` (built for "
+        "another system or network size?)"
+    )
+    dy, h = check_abstract_call(lambda y, p: (field(y, p), event(y, p)), (y0, params), what)
     if dy.shape != y0.shape or h.shape != ():
         raise ValueError(
             f"`field` must map the augmented state {y0.shape} to {y0.shape} and `event` to a "

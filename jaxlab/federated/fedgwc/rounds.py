@@ -34,6 +34,7 @@ from jax.sharding import Mesh
 
 from jaxlab.core import sharding
 from jaxlab.core.checks import (
+    check_abstract_call,
     check_array,
     check_choice,
     check_int,
@@ -257,14 +258,9 @@ def _check_model_fit(
     abstract evaluation: nothing is compiled)."""
     if finite:
         _check_params(params, name)
-    try:
-        out = jax.eval_shape(apply_fn, params, jax.ShapeDtypeStruct((1,) + data.x.shape[2:],
-                                                                    data.x.dtype))  # fmt: skip
-    except Exception as e:  # noqa: BLE001 - the model's own error, re-raised naming the argument
-        raise ValueError(
-            f"`{name}` do not fit the model on the clients' inputs of shape "
-            f"{tuple(data.x.shape[2:])}: {type(e).__name__}: {e}"[:600]
-        ) from None
+    row = jax.ShapeDtypeStruct((1,) + data.x.shape[2:], data.x.dtype)
+    what = f"`{name}` do not fit the model on the clients' inputs of shape {row.shape[1:]}"
+    out = check_abstract_call(apply_fn, (params, row), what)
     if not hasattr(out, "shape") or len(out.shape) != 2 or out.shape[0] != 1:
         raise ValueError(f"`apply_fn(params, x [B, d])` must return logits [B, classes], got "
                          f"{getattr(out, 'shape', out)!r:.80} for B = 1.")  # fmt: skip

@@ -321,14 +321,8 @@ def _fits(fn, params, name: str, net: str) -> None:
     leaves = jax.tree_util.tree_leaves(params)
     if not leaves:
         raise ValueError(f"`{name}` must be the parameters of `{net}`, got {params!r:.60}.")
-    try:
-        jax.eval_shape(fn, params)
-    except Exception as e:  # noqa: BLE001 - re-raised with the argument named
-        msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise ValueError(
-            f"`{name}` do not fit `{net}` ({type(e).__name__}: {msg}); were they built for "
-            "another network or image size?"
-        ) from None
+    what = f"`{name}` do not fit `{net}` (built for another network or image size?)"
+    checks.check_abstract_call(fn, (params,), what)
 
 
 def make_pretrainer(

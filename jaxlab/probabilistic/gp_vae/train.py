@@ -20,6 +20,7 @@ from flax import struct
 from numpyro.infer import SVI, TraceMeanField_ELBO
 
 from jaxlab.core.checks import (
+    check_abstract_call,
     check_array,
     check_bool,
     check_int,
@@ -242,17 +243,12 @@ def _check_params(model: GPVAEModel, params) -> None:
     for leaf in jax.tree_util.tree_leaves(params["decoder$params"]):
         check_array(leaf, "params['decoder$params']")
     z = jax.ShapeDtypeStruct((1, cfg.latent_dim), jnp.float32)
-    try:
-        out = jax.eval_shape(
-            lambda p, z: model.decoder.apply({"params": p}, z, deterministic=True),
-            params["decoder$params"],
-            z,
-        )
-    except Exception as e:  # noqa: BLE001 - flax's own error, re-raised naming the argument
-        raise ValueError(
-            f"`params['decoder$params']` do not fit this model's decoder (L = {cfg.latent_dim} "
-            f"-> {cfg.decoder_hidden} -> D = {cfg.output_dim}): {type(e).__name__}: {e}"[:600]
-        ) from None
+    out = check_abstract_call(
+        lambda p, z: model.decoder.apply({"params": p}, z, deterministic=True),
+        (params["decoder$params"], z),
+        f"`params['decoder$params']` do not fit this model's decoder (L = {cfg.latent_dim} -> "
+        f"{cfg.decoder_hidden} -> D = {cfg.output_dim})",
+    )
     if tuple(out.shape) != (1, cfg.output_dim):
         raise ValueError(f"`params['decoder$params']` give outputs of shape {out.shape[1:]}, this "
                          f"model needs D = {cfg.output_dim}.")  # fmt: skip
