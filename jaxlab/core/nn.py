@@ -11,8 +11,11 @@ Initialisation schemes (``init_scheme=``, a module field: ``init`` is Flax's met
 - ``"lecun"`` (Flax's default): kernel ``lecun_normal``, bias zero;
 - ``"torch"``: PyTorch's ``nn.Linear`` / ``nn.Conv`` default, kernel and bias both
   ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))`` (what official PyTorch codes get without asking);
-- ``"xavier_uniform"``: kernel Glorot-uniform, bias zero;
+- ``"xavier_uniform"``: kernel Glorot-uniform (scaled by ``init_gain``), bias zero;
 - ``"orthogonal"``: kernel orthogonal (gain ``init_gain``), bias zero.
+
+An :class:`MLP`'s output layer can have its own scheme and gain (``output_init_scheme``,
+``output_init_gain``): the small last-layer gains of CORL's SAC / CQL networks.
 """
 
 from __future__ import annotations
@@ -105,7 +108,8 @@ def dense_init(scheme: str, fan_in: int, gain: float = 1.0) -> dict[str, Callabl
     if scheme == "torch":
         return {"kernel_init": torch_uniform(fan_in), "bias_init": torch_uniform(fan_in)}
     if scheme == "xavier_uniform":
-        return {"kernel_init": nn.initializers.xavier_uniform(), "bias_init": nn.initializers.zeros}
+        kernel = nn.initializers.variance_scaling(gain**2, "fan_avg", "uniform")
+        return {"kernel_init": kernel, "bias_init": nn.initializers.zeros}
     if scheme == "orthogonal":
         return {"kernel_init": nn.initializers.orthogonal(gain), "bias_init": nn.initializers.zeros}
     raise ValueError(f"`init_scheme` must be one of {INIT_SCHEMES}, got {scheme!r}.")
@@ -131,7 +135,9 @@ class MLP(nn.Module):
       dropout: dropout rate after every hidden activation (active when ``deterministic=False``;
         needs a ``"dropout"`` rng).
       init_scheme: initialisation scheme, one of :data:`INIT_SCHEMES`.
-      init_gain: gain of the ``"orthogonal"`` scheme.
+      init_gain: gain of the ``"orthogonal"`` and ``"xavier_uniform"`` schemes.
+      output_init_scheme, output_init_gain: the output layer's scheme and gain (``None``: as
+        the hidden layers').
       negative_slope: slope of ``"leaky_relu"``.
       use_bias: add a bias in every layer.
       layer_norm: a ``LayerNorm`` after every hidden ``Dense``, before the activation (the
@@ -146,6 +152,8 @@ class MLP(nn.Module):
     dropout: float = 0.0
     init_scheme: str = "lecun"
     init_gain: float = 1.0
+    output_init_scheme: str | None = None
+    output_init_gain: float | None = None
     negative_slope: float = 0.01
     use_bias: bool = True
     layer_norm: bool = False
@@ -169,11 +177,13 @@ class MLP(nn.Module):
             x = act(x)
             if self.dropout > 0.0:
                 x = nn.Dropout(self.dropout)(x, deterministic=deterministic)
-        x = nn.Dense(int(self.features[-1]), use_bias=self.use_bias, **self._init(x))(x)
+        out_init = self._init(x, self.output_init_scheme, self.output_init_gain)
+        x = nn.Dense(int(self.features[-1]), use_bias=self.use_bias, **out_init)(x)
         return activation_fn(self.output_activation)(x)
 
-    def _init(self, x: jax.Array) -> dict[str, Any]:
-        return dense_init(self.init_scheme, x.shape[-1], self.init_gain)
+    def _init(self, x: jax.Array, scheme: str | None = None, gain: float | None = None):
+        scheme = self.init_scheme if scheme is None else scheme
+        return dense_init(scheme, x.shape[-1], self.init_gain if gain is None else gain)
 
 
 class ConvNet(nn.Module):

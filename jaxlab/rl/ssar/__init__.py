@@ -29,7 +29,14 @@ Example::
     returns = jax.vmap(trainer.evaluate)(state)                # [2 runs, 2 episodes]
 """
 
-from jaxlab.rl.ssar import iql, nets, td3bc
+from jaxlab.rl.ssar import cql, evaluation, iql, nets, td3bc
+from jaxlab.rl.ssar.cql import (
+    CQLConfig,
+    CQLState,
+    cql_run,
+    cql_ssar_run,
+    make_cql_trainer,
+)
 from jaxlab.rl.ssar.data import (
     DATASETS,
     EPISODE_LEN,
@@ -47,7 +54,14 @@ from jaxlab.rl.ssar.data import (
     traj_trust,
 )
 from jaxlab.rl.ssar.iql import expectile_loss, iql_trust
-from jaxlab.rl.ssar.nets import Actor, BetaNet, TwinCritic
+from jaxlab.rl.ssar.nets import (
+    Actor,
+    BetaNet,
+    CQLCritic,
+    TanhGaussianActor,
+    TwinCritic,
+    tanh_gaussian,
+)
 from jaxlab.rl.ssar.train import (
     RunSpec,
     TD3BCConfig,
@@ -55,18 +69,30 @@ from jaxlab.rl.ssar.train import (
     Trainer,
     make_trainer,
     ssar_run,
+    stack_runs,
     td3bc_run,
 )
 
 __all__ = [
     "Actor",
     "BetaNet",
+    "CQLConfig",
+    "CQLCritic",
+    "CQLState",
     "RunSpec",
     "TD3BCConfig",
     "TD3BCState",
     "Trainer",
+    "TanhGaussianActor",
     "TwinCritic",
+    "cql",
+    "cql_run",
+    "cql_ssar_run",
+    "evaluation",
+    "make_cql_trainer",
     "make_trainer",
+    "stack_runs",
+    "tanh_gaussian",
     "ssar_run",
     "td3bc_run",
     "DATASETS",

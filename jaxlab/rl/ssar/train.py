@@ -22,12 +22,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
-import gymnax
 import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.sharding import Mesh
 
+from jaxlab.core import sharding
 from jaxlab.core.checks import (
     check_array,
     check_instance,
@@ -37,14 +38,9 @@ from jaxlab.core.checks import (
     check_scalar,
 )
 from jaxlab.core.training import all_finite
+from jaxlab.rl.ssar import evaluation as E
 from jaxlab.rl.ssar import td3bc as L
-from jaxlab.rl.ssar.data import (
-    EPISODE_LEN,
-    MAX_TORQUE,
-    Transitions,
-    _check_transitions,
-    state_normaliser,
-)
+from jaxlab.rl.ssar.data import Transitions, _check_transitions, state_normaliser
 from jaxlab.rl.ssar.nets import Actor, BetaNet, TwinCritic
 
 __all__ = [
@@ -54,6 +50,7 @@ __all__ = [
     "Trainer",
     "make_trainer",
     "ssar_run",
+    "stack_runs",
     "td3bc_run",
 ]
 
@@ -169,14 +166,70 @@ class TD3BCState:
 
 
 class Trainer(NamedTuple):
-    """``init(key, run) -> state``; ``step(state, x=None) -> (state, metrics)``;
-    ``evaluate(state) -> [E]`` episode returns from the trainer's fixed start states;
-    ``policy(state, obs) -> actions`` in ``[-1, 1]`` (raw observations)."""
+    """A trainer's pure functions (TD3+BC's and CQL's alike).
+
+    - ``init(key, run) -> state`` (one run); ``init_runs(key, runs) -> state`` with a leading
+      ``[R]`` axis (``runs`` a stacked :class:`RunSpec`), placed on the trainer's mesh (runs axis
+      split over its devices) when it has one;
+    - ``step(state, x=None) -> (state, metrics)`` (one run; ``vmap`` it, or ``run_chunked(...,
+      vmap=True)``);
+    - ``evaluate(state) -> [E]`` episode returns from the trainer's fixed start states;
+    - ``policy(state, obs) -> actions`` in ``[-1, 1]`` (raw observations, deterministic);
+    - ``q_overestimation(state) -> []``: mean over the trainer's probe states (64 dataset states)
+      of ``min_i Q_i(s, pi(s))`` minus the policy's discounted Monte Carlo return from ``s`` over
+      1000 steps.
+    """
 
     init: Callable
     step: Callable
     evaluate: Callable
     policy: Callable
+    q_overestimation: Callable
+    init_runs: Callable
+
+
+PROBE_STATES = 64
+
+
+def stack_runs(runs) -> RunSpec:
+    """A list of one-run :class:`RunSpec` s as one ``[R]`` RunSpec."""
+    runs = list(runs)
+    for i, r in enumerate(runs):
+        check_instance(r, f"runs[{i}]", RunSpec)
+    if not runs:
+        raise ValueError("stack_runs: `runs` is empty.")
+    return RunSpec(
+        *(jnp.stack([jnp.asarray(v, jnp.float32) for v in f]) for f in zip(*runs, strict=True))
+    )
+
+
+def _common_functions(init, policy, critic_value, data, eval_key, eval_episodes, gamma, mesh):
+    """``evaluate``, ``q_overestimation`` and ``init_runs`` from a trainer's ``init``, its
+    deterministic ``policy(state, raw_obs)`` and ``critic_value(state, raw_obs, action) -> [N]``."""
+    k_starts, k_probe = jax.random.split(eval_key)
+    starts = E.start_states(k_starts, eval_episodes)
+    probes = E.probe_states(data.obs, k_probe, min(PROBE_STATES, data.obs.shape[0]))
+
+    def evaluate(state):
+        return E.episode_returns(lambda o: policy(state, o), starts)
+
+    def q_overestimation(state):
+        q = critic_value(state, probes, policy(state, probes))
+        return jnp.mean(q - E.mc_returns(lambda o: policy(state, o), probes, gamma))
+
+    def init_runs(key, runs: RunSpec):
+        key = check_key(key)
+        check_instance(runs, "runs", RunSpec)
+        r = jnp.shape(runs.alpha)
+        if len(r) != 1 or any(jnp.shape(v) != r for v in runs):
+            raise ValueError(f"init_runs: `runs` must hold [R] arrays, got shapes "
+                             f"{[jnp.shape(v) for v in runs]} (see stack_runs).")  # fmt: skip
+        if mesh is not None:
+            sharding.check_divisible(r[0], mesh, "runs")
+        state = jax.vmap(init)(jax.random.split(key, r[0]), runs)
+        return state if mesh is None else sharding.shard_batch(state, mesh)
+
+    return evaluate, q_overestimation, init_runs
 
 
 def _soft(target, online, tau):
@@ -187,17 +240,42 @@ def _where(flag, new, old):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(flag, a, b), new, old)
 
 
+def schedule_update(state, slack, w, due, config):
+    """The threshold schedule in the carry: ``(n, frozen, slack_sum, slack_count)`` after a step
+    whose trusted slack ``slack * w`` joins the period's running sums where ``due``; at a period's
+    end (``(step + 1) % config.period == 0``) :func:`~jaxlab.rl.ssar.td3bc.threshold_step` sees
+    the period's mean (adaptive runs with trusted rows only) and the sums restart."""
+    slack_sum = state.slack_sum + jnp.where(due, jnp.sum(slack * w), 0.0)
+    slack_count = state.slack_count + jnp.where(due, jnp.sum(w), 0.0)
+    period_end = ((state.step + 1) % config.period) == 0
+    mean_slack = slack_sum / jnp.maximum(slack_count, 1.0)
+    n_next, frozen_next = L.threshold_step(
+        state.n, state.frozen, mean_slack, config.n_start, config.n_end
+    )
+    schedule = period_end & (state.run.adapt > 0) & (slack_count > 0)
+    n = jnp.where(schedule, n_next, state.n)
+    frozen = jnp.where(schedule, frozen_next, state.frozen)
+    slack_sum = jnp.where(period_end, 0.0, slack_sum)
+    slack_count = jnp.where(period_end, 0.0, slack_count)
+    return n, frozen, slack_sum, slack_count
+
+
 def make_trainer(
     config: TD3BCConfig,
     data: Transitions,
     trust: jax.Array,
     eval_key: jax.Array,
     eval_episodes: int = 10,
+    mesh: Mesh | None = None,
 ) -> Trainer:
     """A TD3+BC(+SSAR) trainer on ``data`` with trust mask ``trust [N]`` (0/1); ``eval_key``
     draws the ``eval_episodes`` start states shared by every run (returns depend on the start
-    angle, so runs are compared on the same starts)."""
+    angle, so runs are compared on the same starts) and the probe states of
+    ``q_overestimation``; ``mesh`` (:func:`jaxlab.core.sharding.data_mesh`) splits the runs
+    axis of ``init_runs``' state over its devices (the data are replicated)."""
     check_instance(config, "config", TD3BCConfig)
+    if mesh is not None:
+        check_instance(mesh, "mesh", Mesh)
     _check_transitions(data)
     n_rows = data.obs.shape[0]
     trust = check_array(trust, "trust", shape=(n_rows,), kind="float")
@@ -210,10 +288,6 @@ def make_trainer(
     beta_net = BetaNet(config.beta0, tuple(config.beta_hidden))
     opt = optax.adam(config.lr)
     beta_opt = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(config.lr_beta))
-    env, env_params = gymnax.make("Pendulum-v1")
-    starts = jax.vmap(lambda k: env.reset(k, env_params)[1])(
-        jax.random.split(eval_key, eval_episodes)
-    )
 
     def init(key, run: RunSpec) -> TD3BCState:
         key = check_key(key)
@@ -281,19 +355,7 @@ def make_trainer(
             due, _soft(state.critic_target, critic_p, config.tau), state.critic_target
         )
 
-        # the threshold schedule: the period's running mean of the trusted slack
-        slack_sum = state.slack_sum + jnp.where(due, jnp.sum(slack * w), 0.0)
-        slack_count = state.slack_count + jnp.where(due, jnp.sum(w), 0.0)
-        period_end = ((state.step + 1) % config.period) == 0
-        mean_slack = slack_sum / jnp.maximum(slack_count, 1.0)
-        n_next, frozen_next = L.threshold_step(
-            state.n, state.frozen, mean_slack, config.n_start, config.n_end
-        )
-        schedule = period_end & (run.adapt > 0) & (slack_count > 0)
-        n = jnp.where(schedule, n_next, state.n)
-        frozen = jnp.where(schedule, frozen_next, state.frozen)
-        slack_sum = jnp.where(period_end, 0.0, slack_sum)
-        slack_count = jnp.where(period_end, 0.0, slack_count)
+        n, frozen, slack_sum, slack_count = schedule_update(state, slack, w, due, config)
 
         trusted = jnp.maximum(jnp.sum(w), 1.0)
         metrics = {
@@ -316,22 +378,15 @@ def make_trainer(
     def policy(state: TD3BCState, raw_obs: jax.Array) -> jax.Array:
         return actor.apply(state.actor, norm(raw_obs))
 
-    def evaluate(state: TD3BCState) -> jax.Array:
+    def critic_value(state: TD3BCState, raw_obs, action):
+        return jnp.min(critic.apply(state.critic, norm(raw_obs), action), axis=0)
+
+    evaluate, q_over, init_runs = _common_functions(
+        init, policy, critic_value, data, eval_key, eval_episodes, config.gamma, mesh
+    )
+
+    def checked_evaluate(state: TD3BCState) -> jax.Array:
         check_instance(state, "state", TD3BCState)
+        return evaluate(state)
 
-        def episode(env_state):
-            def body(carry, _):
-                env_state, ret = carry
-                o = env.get_obs(env_state)
-                u = MAX_TORQUE * policy(state, o[None])[0]
-                _, env_state, reward, _, _ = env.step_env(
-                    jax.random.key(0), env_state, u, env_params
-                )
-                return (env_state, ret + reward), None
-
-            (_, ret), _ = jax.lax.scan(body, (env_state, 0.0), None, length=EPISODE_LEN)
-            return ret
-
-        return jax.vmap(episode)(starts)
-
-    return Trainer(init, step, evaluate, policy)
+    return Trainer(init, step, checked_evaluate, policy, q_over, init_runs)
