@@ -39,7 +39,6 @@ from jaxlab.core.checks import (
     check_array,
     check_instance,
     check_int,
-    check_ints,
     check_key,
     check_rank,
     check_scalar,
@@ -49,7 +48,15 @@ from jaxlab.core.training import all_finite
 from jaxlab.rl.ssar import td3bc as L
 from jaxlab.rl.ssar.data import Transitions, _check_transitions, state_normaliser
 from jaxlab.rl.ssar.nets import BetaNet, CQLCritic, TanhGaussianActor, tanh_gaussian
-from jaxlab.rl.ssar.train import RunSpec, Trainer, _common_functions, _soft, _where, schedule_update
+from jaxlab.rl.ssar.train import (
+    RunSpec,
+    Trainer,
+    _BudgetConfig,
+    _common_functions,
+    _soft,
+    _where,
+    schedule_update,
+)
 
 __all__ = [
     "ACTION_CLIP",
@@ -69,7 +76,7 @@ ACTION_CLIP = 1.0 - 1e-4  # dataset actions for the log-density (atanh(+-1) is i
 
 
 @dataclasses.dataclass(frozen=True)
-class CQLConfig:
+class CQLConfig(_BudgetConfig):
     """CQL(+SSAR) hyperparameters (CORL / SSAR values unless noted; widths 64, official 256).
 
     Attributes:
@@ -100,33 +107,16 @@ class CQLConfig:
     n_end: float = 3.0
 
     def __post_init__(self):
-        check_int(self.steps, "steps", minimum=1)
-        check_int(self.batch, "batch", minimum=1)
-        check_ints(self.hidden, "hidden", minimum=1)
-        check_ints(self.beta_hidden, "beta_hidden", minimum=1)
-        check_scalar(self.gamma, "gamma", 0.0, 1.0, high_open=True)
-        check_scalar(self.tau, "tau", 0.0, 1.0, low_open=True)
+        self._check_shared()
         check_scalar(self.policy_lr, "policy_lr", 0.0, low_open=True)
         check_scalar(self.critic_lr, "critic_lr", 0.0, low_open=True)
         check_int(self.n_actions, "n_actions", minimum=1)
         check_scalar(self.temperature, "temperature", 0.0, low_open=True)
         check_scalar(self.cql_alpha, "cql_alpha", 0.0, low_open=True)
-        check_scalar(self.beta_lr_budget, "beta_lr_budget", 0.0)
-        check_scalar(self.update_frac, "update_frac", 0.0, 1.0, low_open=True)
-        check_scalar(self.n_start, "n_start", 0.0, low_open=True)
-        check_scalar(self.n_end, "n_end", self.n_start)
 
     @property
     def beta0(self) -> float:
         return self.cql_alpha
-
-    @property
-    def lr_beta(self) -> float:
-        return self.beta_lr_budget / self.steps
-
-    @property
-    def period(self) -> int:
-        return max(1, round(self.update_frac * self.steps))
 
 
 def cql_run(cql_alpha: float = 5.0) -> RunSpec:
@@ -318,11 +308,12 @@ def make_cql_trainer(
                                                             target_entropy)  # fmt: skip
 
         # critics: TD target from the current actor at s' and the target critics; the CQL gap
-        a2, _ = _sample(keys[2], *actor.apply(state.actor, s2))
+        pi_s2 = actor.apply(state.actor, s2)  # one forward pass for the target and the gap
+        a2, _ = _sample(keys[2], *pi_s2)
         y = L.td_target(critic.apply(state.critic_target, s2, a2), r, d, config.gamma)
         a_rand = jax.random.uniform(keys[3], (config.batch, k_act, a_dim), minval=-1.0, maxval=1)
         a_cur, lp_cur = _sample(keys[4], *actor.apply(state.actor, s), k_act)
-        a_nxt, lp_nxt = _sample(keys[5], *actor.apply(state.actor, s2), k_act)
+        a_nxt, lp_nxt = _sample(keys[5], *pi_s2, k_act)
         a_cur, a_nxt = jax.lax.stop_gradient(a_cur), jax.lax.stop_gradient(a_nxt)
         s_rep = jnp.broadcast_to(s[:, None, :], (config.batch, k_act, s.shape[-1]))
         beta = beta_net.apply(state.beta, s)

@@ -55,8 +55,33 @@ __all__ = [
 ]
 
 
+class _BudgetConfig:
+    """What TD3BCConfig and CQLConfig share: the checks of their common fields and the budget
+    properties ``lr_beta = beta_lr_budget / steps`` and ``period = update_frac * steps``."""
+
+    def _check_shared(self) -> None:
+        check_int(self.steps, "steps", minimum=1)
+        check_int(self.batch, "batch", minimum=1)
+        check_ints(self.hidden, "hidden", minimum=1)
+        check_ints(self.beta_hidden, "beta_hidden", minimum=1)
+        check_scalar(self.gamma, "gamma", 0.0, 1.0, high_open=True)
+        check_scalar(self.tau, "tau", 0.0, 1.0, low_open=True)
+        check_scalar(self.beta_lr_budget, "beta_lr_budget", 0.0)
+        check_scalar(self.update_frac, "update_frac", 0.0, 1.0, low_open=True)
+        check_scalar(self.n_start, "n_start", 0.0, low_open=True)
+        check_scalar(self.n_end, "n_end", self.n_start)
+
+    @property
+    def lr_beta(self) -> float:
+        return self.beta_lr_budget / self.steps
+
+    @property
+    def period(self) -> int:
+        return max(1, round(self.update_frac * self.steps))
+
+
 @dataclasses.dataclass(frozen=True)
-class TD3BCConfig:
+class TD3BCConfig(_BudgetConfig):
     """TD3+BC(+SSAR) hyperparameters (official values unless noted; widths 64, official 256).
 
     Attributes:
@@ -86,29 +111,12 @@ class TD3BCConfig:
     beta0: float = 0.4
 
     def __post_init__(self):
-        check_int(self.steps, "steps", minimum=1)
-        check_int(self.batch, "batch", minimum=1)
-        check_ints(self.hidden, "hidden", minimum=1)
-        check_ints(self.beta_hidden, "beta_hidden", minimum=1)
-        check_scalar(self.gamma, "gamma", 0.0, 1.0, high_open=True)
-        check_scalar(self.tau, "tau", 0.0, 1.0, low_open=True)
+        self._check_shared()
         check_int(self.policy_freq, "policy_freq", minimum=1)
         check_scalar(self.policy_noise, "policy_noise", 0.0)
         check_scalar(self.noise_clip, "noise_clip", 0.0)
         check_scalar(self.lr, "lr", 0.0, low_open=True)
-        check_scalar(self.beta_lr_budget, "beta_lr_budget", 0.0)
-        check_scalar(self.update_frac, "update_frac", 0.0, 1.0, low_open=True)
-        check_scalar(self.n_start, "n_start", 0.0, low_open=True)
-        check_scalar(self.n_end, "n_end", self.n_start)
         check_scalar(self.beta0, "beta0", 0.0, low_open=True)
-
-    @property
-    def lr_beta(self) -> float:
-        return self.beta_lr_budget / self.steps
-
-    @property
-    def period(self) -> int:
-        return max(1, round(self.update_frac * self.steps))
 
 
 class RunSpec(NamedTuple):
@@ -206,9 +214,10 @@ def stack_runs(runs) -> RunSpec:
 def _common_functions(init, policy, critic_value, data, eval_key, eval_episodes, gamma, mesh):
     """``evaluate``, ``q_overestimation`` and ``init_runs`` from a trainer's ``init``, its
     deterministic ``policy(state, raw_obs)`` and ``critic_value(state, raw_obs, action) -> [N]``."""
-    k_starts, k_probe = jax.random.split(eval_key)
-    starts = E.start_states(k_starts, eval_episodes)
-    probes = E.probe_states(data.obs, k_probe, min(PROBE_STATES, data.obs.shape[0]))
+    starts = E.start_states(eval_key, eval_episodes)  # the starts of earlier measured runs
+    probes = E.probe_states(
+        data.obs, jax.random.fold_in(eval_key, 1), min(PROBE_STATES, data.obs.shape[0])
+    )
 
     def evaluate(state):
         return E.episode_returns(lambda o: policy(state, o), starts)
