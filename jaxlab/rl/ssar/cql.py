@@ -55,6 +55,7 @@ from jaxlab.rl.ssar.train import (
     _common_functions,
     _soft,
     _where,
+    check_selection,
     schedule_update,
 )
 
@@ -274,6 +275,7 @@ def make_cql_trainer(
     def init(key, run: RunSpec) -> CQLState:
         key = check_key(key)
         check_instance(run, "run", RunSpec)
+        check_selection(trust, run)
         k_a, k_c, k_b, k_run = jax.random.split(key, 4)
         s0, a0 = obs[:1], data.action[:1]
         ap, cp, bp = actor.init(k_a, s0), critic.init(k_c, s0, a0), beta_net.init(k_b, s0)
@@ -378,11 +380,15 @@ def make_cql_trainer(
         return jnp.min(critic.apply(state.critic, norm(raw_obs), action), axis=0)
 
     evaluate, q_over, init_runs = _common_functions(
-        init, policy, critic_value, data, eval_key, eval_episodes, config.gamma, mesh
+        init, policy, critic_value, data, trust, eval_key, eval_episodes, config.gamma, mesh
     )
 
     def checked_evaluate(state: CQLState) -> jax.Array:
         check_instance(state, "state", CQLState)
         return evaluate(state)
 
-    return Trainer(init, step, checked_evaluate, policy, q_over, init_runs)
+    def slack(state: CQLState) -> jax.Array:
+        check_instance(state, "state", CQLState)
+        return coefficient_slack(*actor.apply(state.actor, obs), data.action, state.n)
+
+    return Trainer(init, step, checked_evaluate, policy, q_over, init_runs, slack)

@@ -36,6 +36,7 @@ from jaxlab.core.checks import (
     check_ints,
     check_key,
     check_scalar,
+    is_concrete,
 )
 from jaxlab.core.training import all_finite
 from jaxlab.rl.ssar import evaluation as E
@@ -185,7 +186,10 @@ class Trainer(NamedTuple):
     - ``policy(state, obs) -> actions`` in ``[-1, 1]`` (raw observations, deterministic);
     - ``q_overestimation(state) -> []``: mean over the trainer's probe states (64 dataset states)
       of ``min_i Q_i(s, pi(s))`` minus the policy's discounted Monte Carlo return from ``s`` over
-      1000 steps.
+      1000 steps;
+    - ``slack(state) -> [N]``: the coefficient step's slack on every dataset row at the run's
+      current ``n`` (positive: the data action lies inside the policy's ``n``-threshold region;
+      a trusted row with negative slack is a violation).
     """
 
     init: Callable
@@ -194,6 +198,7 @@ class Trainer(NamedTuple):
     policy: Callable
     q_overestimation: Callable
     init_runs: Callable
+    slack: Callable
 
 
 PROBE_STATES = 64
@@ -211,9 +216,23 @@ def stack_runs(runs) -> RunSpec:
     )
 
 
-def _common_functions(init, policy, critic_value, data, eval_key, eval_episodes, gamma, mesh):
-    """``evaluate``, ``q_overestimation`` and ``init_runs`` from a trainer's ``init``, its
-    deterministic ``policy(state, raw_obs)`` and ``critic_value(state, raw_obs, action) -> [N]``."""
+def check_selection(trust: jax.Array, run: RunSpec) -> None:
+    """A run that selects (``select > 0``) needs a trust mask with a trusted row: else its
+    coefficient never trains and its BC term vanishes. Skipped where either is traced."""
+    if not (is_concrete(trust) and is_concrete(run.select)):
+        return
+    if float(jnp.sum(trust)) == 0.0 and bool(jnp.any(jnp.asarray(run.select) > 0)):
+        raise ValueError("`trust` marks no transition as trusted, but `run` selects "
+                         "(select > 0): no row would train beta or be regularised.")  # fmt: skip
+
+
+def _common_functions(
+    init, policy, critic_value, data, trust, eval_key, eval_episodes, gamma, mesh
+):
+    """``evaluate``, ``q_overestimation`` and ``init_runs`` from a trainer's ``init`` (which
+    checks its run with :func:`check_selection`; ``init_runs`` checks ``runs`` against
+    ``trust``), its deterministic ``policy(state, raw_obs)``
+    and ``critic_value(state, raw_obs, action) -> [N]``."""
     starts = E.start_states(eval_key, eval_episodes)  # the starts of earlier measured runs
     probes = E.probe_states(
         data.obs, jax.random.fold_in(eval_key, 1), min(PROBE_STATES, data.obs.shape[0])
@@ -235,6 +254,7 @@ def _common_functions(init, policy, critic_value, data, eval_key, eval_episodes,
                              f"{[jnp.shape(v) for v in runs]} (see stack_runs).")  # fmt: skip
         if mesh is not None:
             sharding.check_divisible(r[0], mesh, "runs")
+        check_selection(trust, runs)  # (the vmapped init below sees traced runs)
         state = jax.vmap(init)(jax.random.split(key, r[0]), runs)
         return state if mesh is None else sharding.shard_batch(state, mesh)
 
@@ -301,6 +321,7 @@ def make_trainer(
     def init(key, run: RunSpec) -> TD3BCState:
         key = check_key(key)
         check_instance(run, "run", RunSpec)
+        check_selection(trust, run)
         k_a, k_c, k_b, k_run = jax.random.split(key, 4)
         s0, a0 = obs[:1], data.action[:1]
         ap, cp, bp = actor.init(k_a, s0), critic.init(k_c, s0, a0), beta_net.init(k_b, s0)
@@ -391,11 +412,15 @@ def make_trainer(
         return jnp.min(critic.apply(state.critic, norm(raw_obs), action), axis=0)
 
     evaluate, q_over, init_runs = _common_functions(
-        init, policy, critic_value, data, eval_key, eval_episodes, config.gamma, mesh
+        init, policy, critic_value, data, trust, eval_key, eval_episodes, config.gamma, mesh
     )
 
     def checked_evaluate(state: TD3BCState) -> jax.Array:
         check_instance(state, "state", TD3BCState)
         return evaluate(state)
 
-    return Trainer(init, step, checked_evaluate, policy, q_over, init_runs)
+    def slack(state: TD3BCState) -> jax.Array:
+        check_instance(state, "state", TD3BCState)
+        return L.constraint_slack(actor.apply(state.actor, obs), data.action, state.n)
+
+    return Trainer(init, step, checked_evaluate, policy, q_over, init_runs, slack)
