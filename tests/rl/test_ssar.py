@@ -350,8 +350,32 @@ def test_trainer_bad_input():
         trainer.init(KEY, (2.5, 0, 0, 0))
     with pytest.raises(ValueError, match="`alpha` must lie in"):
         ssar.td3bc_run(-1.0)
-    with pytest.raises(ValueError, match="`x` must be None"):
-        trainer.step(trainer.init(KEY, ssar.td3bc_run()), x=1)
+    state = trainer.init(KEY, ssar.td3bc_run())
+    with pytest.raises(ValueError, match="`x` must have shape"):
+        trainer.step(state, x=jnp.zeros(3, jnp.int32))
+    with pytest.raises(TypeError, match="`x` must be an array of int"):
+        trainer.step(state, x=jnp.zeros(TINY.batch))
+    with pytest.raises(ValueError, match=r"`x` row indices must lie in \[0, "):
+        trainer.step(state, x=jnp.full(TINY.batch, 10**6, jnp.int32))
+    with pytest.raises(ValueError, match="`trust` marks no transition"):
+        ssar.make_trainer(TINY, d_re(), jnp.zeros(d_re().obs.shape[0]), KEY).init_runs(
+            KEY, ssar.stack_runs([ssar.td3bc_run(), ssar.ssar_run(TINY)]))  # fmt: skip
+    # a baseline does not select, so an all-zero mask is allowed there
+    ssar.make_trainer(TINY, d_re(), jnp.zeros(d_re().obs.shape[0]), KEY).init(KEY, ssar.td3bc_run())
+
+
+def test_host_chosen_rows_equal_the_trainers_own_draw():
+    trainer, step = tiny_trainer(), _jit_step()
+    state = trainer.init(jax.random.key(8), ssar.ssar_run(TINY))
+    k_idx, _ = jax.random.split(jax.random.fold_in(state.key, state.step))
+    idx = jax.random.randint(k_idx, (TINY.batch,), 0, d_re().obs.shape[0])
+    _, m_own = step(state)
+    _, m_given = jax.jit(trainer.step)(state, idx)
+    for k in m_own:
+        np.testing.assert_array_equal(m_own[k], m_given[k])
+    # other rows give another update
+    _, m_other = jax.jit(trainer.step)(state, (idx + 1) % d_re().obs.shape[0])
+    assert float(m_other["critic_loss"]) != float(m_own["critic_loss"])
 
 
 # --------------------------------------------------------------------------- the iql trust mask
@@ -375,3 +399,25 @@ def test_iql_trust_ranks_the_graded_episodes():
     assert per_part[-1] > per_part[0] + 0.3, per_part  # expert rows trusted far more than random
     with pytest.raises(ValueError, match="`tau` must lie in"):
         ssar.iql_trust(KEY, data, tau=1.0)
+
+
+def test_sharded_runs_equal_unsharded_runs():
+    from jaxlab.core import sharding
+    from jaxlab.core.training import scan_steps
+
+    mesh = sharding.data_mesh(jax.devices()[:4])
+    data = d_re()
+    sharded = ssar.make_trainer(TINY, data, ssar.traj_trust(data, -400.0), jax.random.key(9), 2,
+                                mesh=mesh)  # fmt: skip
+    runs = ssar.stack_runs(_runs() * 2)
+    st_s, st_u = sharded.init_runs(KEY, runs), tiny_trainer().init_runs(KEY, runs)
+    leaf = jax.tree_util.tree_leaves(st_s.actor)[0]
+    assert len(leaf.sharding.device_set) == 4 and leaf.addressable_shards[0].data.shape[0] == 1
+    go = jax.jit(jax.vmap(lambda s: scan_steps(tiny_trainer().step, s, 3)))
+    (out_s, m_s), (out_u, m_u) = go(st_s), go(st_u)
+    np.testing.assert_allclose(m_s["actor_loss"], m_u["actor_loss"], rtol=1e-5, atol=1e-6)
+    for a, b in zip(jax.tree_util.tree_leaves(out_s.critic),
+                    jax.tree_util.tree_leaves(out_u.critic), strict=True):  # fmt: skip
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="`runs` has batch size 3"):
+        sharded.init_runs(KEY, ssar.stack_runs(_runs() + _runs()[:1]))

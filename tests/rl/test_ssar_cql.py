@@ -2,6 +2,8 @@
 log-density's bounds, the CQL gap against NumPy, and a CQL baseline run keeping beta at
 cql_alpha while CQL+SSAR moves it (tiny widths, a few steps)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -78,12 +80,44 @@ def test_bad_config_and_runs_name_the_argument():
         ssar.CQLConfig(n_actions=0)
 
 
-def test_cql_baseline_keeps_beta_at_cql_alpha_and_cql_ssar_moves_it():
+CFG = ssar.CQLConfig(steps=4, batch=16, hidden=(8, 8, 8), beta_hidden=(8, 8, 8), n_actions=3,
+                     beta_lr_budget=4e3)  # fmt: skip
+
+
+@functools.cache
+def _setup():
     data = ssar.make_dataset(jax.random.key(0), "D-re")
     w = ssar.traj_trust(data, -400.0)
-    cfg = ssar.CQLConfig(steps=4, batch=16, hidden=(8, 8, 8), beta_hidden=(8, 8, 8), n_actions=3,
-                         beta_lr_budget=4e3)  # fmt: skip
-    tr = ssar.make_cql_trainer(cfg, data, w, jax.random.key(1), eval_episodes=1)
+    return data, w, ssar.make_cql_trainer(CFG, data, w, jax.random.key(1), eval_episodes=1)
+
+
+def test_cql_trainer_bad_input_names_the_argument():
+    data, w, tr = _setup()
+    key = jax.random.key(0)
+    with pytest.raises(TypeError, match="`config` must be"):
+        ssar.make_cql_trainer(ssar.TD3BCConfig(), data, w, key)
+    with pytest.raises(ValueError, match="`trust` must have shape"):
+        ssar.make_cql_trainer(CFG, data, w[:5], key)
+    with pytest.raises(TypeError, match="`mesh` must be"):
+        ssar.make_cql_trainer(CFG, data, w, key, mesh="cpu")
+    with pytest.raises(ValueError, match="`eval_episodes` must be >= 1"):
+        ssar.make_cql_trainer(CFG, data, w, key, eval_episodes=0)
+    with pytest.raises(ValueError, match="`trust` marks no transition"):
+        ssar.make_cql_trainer(CFG, data, jnp.zeros_like(w), key).init(key, ssar.cql_ssar_run(CFG))
+    with pytest.raises(TypeError, match="`run` must be a RunSpec"):
+        tr.init(key, (5.0, 1.0, 1.0, 1.0))
+    state = tr.init(key, ssar.cql_run())
+    with pytest.raises(ValueError, match="`x` must have shape"):
+        tr.step(state, jnp.zeros(3, jnp.int32))
+    with pytest.raises(TypeError, match="`state` must be a CQLState"):
+        tr.evaluate(object())
+    with pytest.raises(TypeError, match="`state` must be a CQLState"):
+        tr.slack(object())
+
+
+def test_cql_baseline_keeps_beta_at_cql_alpha_and_cql_ssar_moves_it():
+    _, _, tr = _setup()
+    cfg = CFG
     runs = ssar.stack_runs([ssar.cql_run(cfg.cql_alpha), ssar.cql_ssar_run(cfg)])
     st0 = tr.init_runs(jax.random.key(2), runs)
     step = jax.jit(jax.vmap(tr.step))

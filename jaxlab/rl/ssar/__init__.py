@@ -1,14 +1,18 @@
 """SSAR: selective state-adaptive regularisation for offline RL (Luo et al., ICML 2025), on a
 Pendulum stand-in for D4RL (issue 24).
 
-Landed so far: the offline data (:mod:`~jaxlab.rl.ssar.data`: gymnax ``Pendulum-v1`` rollouts
-under the spec's behaviour policies, the datasets ``D-re`` / ``D-graded`` / ``D-me``, score
-references, the ``traj`` trust mask), the networks (:mod:`~jaxlab.rl.ssar.nets`: TD3 actor, twin
-LayerNorm critics, the coefficient network ``BetaNet``) and TD3+BC+SSAR's loss pieces and
-threshold schedule (:mod:`~jaxlab.rl.ssar.td3bc`), and the TD3+BC(+SSAR) trainer
-(:func:`make_trainer`: one step for the method and its baselines, runs vmapped over
-:class:`RunSpec`), the ``iql`` trust mask (:func:`iql_trust`). Not yet: CQL+SSAR and the
-benchmark.
+Modules: :mod:`~jaxlab.rl.ssar.data` (gymnax ``Pendulum-v1`` rollouts under the spec's behaviour
+policies, the datasets ``D-re`` / ``D-graded`` / ``D-me``, score references, the ``traj`` trust
+mask), :mod:`~jaxlab.rl.ssar.nets` (TD3 actor, twin LayerNorm critics, CQL's tanh-Gaussian actor
+and orthogonal critics, the coefficient network ``BetaNet``), :mod:`~jaxlab.rl.ssar.td3bc`
+(TD3+BC+SSAR's loss pieces and threshold schedule), :mod:`~jaxlab.rl.ssar.cql` (CQL+SSAR's gap,
+SAC losses, the tanh-Gaussian slack and :func:`make_cql_trainer`), :mod:`~jaxlab.rl.ssar.iql`
+(the ``iql`` trust mask) and :mod:`~jaxlab.rl.ssar.evaluation` (fixed start states, Q
+overestimation against Monte Carlo returns). :func:`make_trainer` and :func:`make_cql_trainer`
+return the same :class:`Trainer` functions: one jitted step for the method and its fixed-strength
+baselines (a traced :class:`RunSpec`), so every run of a dataset is one vmapped program, its runs
+axis split over a mesh by ``init_runs``. Not built: the Lagrange CQL variant, max-backup and the
+other AntMaze-only options, offline-to-online fine-tuning.
 
 Example::
 
@@ -22,11 +26,17 @@ Example::
 
     config = ssar.TD3BCConfig(steps=20, batch=32)
     trainer = ssar.make_trainer(config, data, w, jax.random.key(2), eval_episodes=2)
-    runs = [ssar.td3bc_run(2.5), ssar.ssar_run(config)]  # baseline and method: one program
-    runs = ssar.RunSpec(*(jax.numpy.stack(v) for v in zip(*runs, strict=True)))
-    state = jax.vmap(trainer.init)(jax.random.split(jax.random.key(3), 2), runs)
+    runs = ssar.stack_runs([ssar.td3bc_run(2.5), ssar.ssar_run(config)])  # one program
+    state = trainer.init_runs(jax.random.key(3), runs)        # [2] runs
     state, metrics = jax.jit(jax.vmap(trainer.step))(state)  # metrics["beta_trusted"]: [2]
     returns = jax.vmap(trainer.evaluate)(state)                # [2 runs, 2 episodes]
+    slack = jax.vmap(trainer.slack)(state)                     # [2, 20000]: < 0 = violation
+
+    cql_config = ssar.CQLConfig(steps=20, batch=32, hidden=(16, 16, 16), n_actions=2)
+    cql = ssar.make_cql_trainer(cql_config, data, w, jax.random.key(2), eval_episodes=2)
+    state = cql.init_runs(jax.random.key(4), ssar.stack_runs(
+        [ssar.cql_run(5.0), ssar.cql_ssar_run(cql_config)]))
+    state, metrics = jax.jit(jax.vmap(cql.step))(state)      # metrics["cql_gap"]: [2]
 """
 
 from jaxlab.rl.ssar import cql, evaluation, iql, nets, td3bc

@@ -19,7 +19,8 @@ action dimension (:func:`coefficient_slack`): ``l_data = log pi(a|s)`` (dataset 
 to ``+-(1 - 1e-4)``), floored at ``l_10``; ``l_n`` = min over ``+-`` of ``log pi(a_+-|s)`` with
 ``a_+- = tanh(mu +- n sigma)`` clamped to ``+-0.99999`` and to within ``0.1 n`` of ``tanh mu``;
 slack ``= mean_A(l_data - l_n)``, positive when the data action is more likely than the
-``n``-sigma action (inside the region: descent lowers ``beta`` there). Densities are numpyro's
+``n``-sigma action (inside the region: descent lowers ``beta`` there); the dataset's actions are
+clipped once, for the critics as well, as the official code does. Densities are numpyro's
 ``Normal`` + ``TanhTransform`` (:func:`~jaxlab.rl.ssar.nets.tanh_gaussian`). Not built: the
 Lagrange variant, max-backup and the other AntMaze-only options.
 """
@@ -51,6 +52,7 @@ from jaxlab.rl.ssar.nets import BetaNet, CQLCritic, TanhGaussianActor, tanh_gaus
 from jaxlab.rl.ssar.train import (
     RunSpec,
     Trainer,
+    _batch_rows,
     _BudgetConfig,
     _common_functions,
     _soft,
@@ -264,6 +266,7 @@ def make_cql_trainer(
     target_entropy = -float(a_dim)
     norm = state_normaliser(data)
     obs, next_obs = norm(data.obs), norm(data.next_obs)
+    actions = jnp.clip(data.action, -ACTION_CLIP, ACTION_CLIP)  # everywhere, as the official code
     actor, critic = TanhGaussianActor(a_dim, tuple(config.hidden)), CQLCritic(config.hidden)
     beta_net = BetaNet(config.beta0, tuple(config.beta_hidden))
     actor_opt = optax.adam(config.policy_lr)
@@ -289,13 +292,11 @@ def make_cql_trainer(
         )  # fmt: skip
 
     def step(state: CQLState, x=None):
-        if x is not None:
-            raise ValueError("CQL step: `x` must be None (the data live in the trainer).")
         check_instance(state, "state", CQLState)
         run = state.run
         keys = jax.random.split(jax.random.fold_in(state.key, state.step), 6)
-        idx = jax.random.randint(keys[0], (config.batch,), 0, n_rows)
-        s, a, r, s2 = obs[idx], data.action[idx], data.reward[idx], next_obs[idx]
+        idx = _batch_rows(x, keys[0], config.batch, n_rows)
+        s, a, r, s2 = obs[idx], actions[idx], data.reward[idx], next_obs[idx]
         d, w = data.terminal[idx], trust[idx]
         alpha_ent = jnp.exp(state.log_alpha)
 
@@ -389,6 +390,6 @@ def make_cql_trainer(
 
     def slack(state: CQLState) -> jax.Array:
         check_instance(state, "state", CQLState)
-        return coefficient_slack(*actor.apply(state.actor, obs), data.action, state.n)
+        return coefficient_slack(*actor.apply(state.actor, obs), actions, state.n)
 
     return Trainer(init, step, checked_evaluate, policy, q_over, init_runs, slack)

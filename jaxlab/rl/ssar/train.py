@@ -181,7 +181,8 @@ class Trainer(NamedTuple):
       ``[R]`` axis (``runs`` a stacked :class:`RunSpec`), placed on the trainer's mesh (runs axis
       split over its devices) when it has one;
     - ``step(state, x=None) -> (state, metrics)`` (one run; ``vmap`` it, or ``run_chunked(...,
-      vmap=True)``);
+      vmap=True)``); the minibatch is drawn from the state's key, or ``x`` gives its ``[batch]``
+      int row indices (a host-driven loop, as the official code samples batches);
     - ``evaluate(state) -> [E]`` episode returns from the trainer's fixed start states;
     - ``policy(state, obs) -> actions`` in ``[-1, 1]`` (raw observations, deterministic);
     - ``q_overestimation(state) -> []``: mean over the trainer's probe states (64 dataset states)
@@ -261,6 +262,18 @@ def _common_functions(
     return evaluate, q_overestimation, init_runs
 
 
+def _batch_rows(x, key, batch: int, n_rows: int) -> jax.Array:
+    """A step's minibatch rows: ``x`` (``None``: drawn uniformly from ``key``, as the trainer
+    does) or caller-chosen int row indices ``[batch]`` (e.g. sampled on the host)."""
+    if x is None:
+        return jax.random.randint(key, (batch,), 0, n_rows)
+    x = check_array(x, "x", shape=(batch,), dims="[batch] row indices", kind="int")
+    if is_concrete(x) and x.size and (int(jnp.min(x)) < 0 or int(jnp.max(x)) >= n_rows):
+        raise ValueError(f"`x` row indices must lie in [0, {n_rows}), got "
+                         f"[{int(jnp.min(x))}, {int(jnp.max(x))}].")  # fmt: skip
+    return x
+
+
 def _soft(target, online, tau):
     return jax.tree_util.tree_map(lambda t, o: (1 - tau) * t + tau * o, target, online)
 
@@ -333,12 +346,10 @@ def make_trainer(
         )  # fmt: skip
 
     def step(state: TD3BCState, x=None):
-        if x is not None:
-            raise ValueError("TD3BC step: `x` must be None (the data live in the trainer).")
         check_instance(state, "state", TD3BCState)
         run = state.run
         k_idx, k_noise = jax.random.split(jax.random.fold_in(state.key, state.step))
-        idx = jax.random.randint(k_idx, (config.batch,), 0, n_rows)
+        idx = _batch_rows(x, k_idx, config.batch, n_rows)
         s, a, r, s2 = obs[idx], data.action[idx], data.reward[idx], next_obs[idx]
         d, w = data.terminal[idx], trust[idx]
 
