@@ -68,7 +68,8 @@ class Config:
       n_end_values, n_end_dataset: ``td3bc_ssar_n<v>`` (SSAR with ``n_end = v``) beside the
         reference SSAR on ``n_end_dataset``.
       cql_datasets: where CQL(``cql_alpha``) and CQL+SSAR run, ``cql_steps`` steps each, widths
-        ``cql_hidden``, actor and entropy learning rate ``cql_policy_lr``.
+        ``cql_hidden``, actor and entropy learning rate ``cql_policy_lr``. cql_variants: the
+        CQL+SSAR runs beside CQL, as ``variants`` (``cql_ssar``, ``cql_ssar_no_loosen``, ...).
     """
 
     seed: int = 0
@@ -96,6 +97,7 @@ class Config:
     cql_alpha: float = 5.0
     cql_policy_lr: float = 3e-5
     cql_hidden: tuple[int, ...] = (64, 64, 64)
+    cql_variants: tuple[str, ...] = ("ssar",)
 
 
 # variant -> (adapt, select, loosen)
@@ -131,6 +133,7 @@ LIMITS = {
     "cql_alpha": POSITIVE,
     "cql_policy_lr": POSITIVE,
     "cql_hidden": Range(1, min_items=1),
+    "cql_variants": Choice(*VARIANTS),
 }
 
 STEP_FACTOR = 0.75  # the full preset's one cut of every method's steps (measured over 20 min)
@@ -163,16 +166,19 @@ def method_names(config: Config) -> list[str]:
     ]
 
 
-def variant_run(tcfg: ssar.TD3BCConfig, variant: str) -> ssar.RunSpec:
+def variant_run(fcfg: ssar.TD3BCConfig | ssar.CQLConfig, variant: str) -> ssar.RunSpec:
+    """A :data:`VARIANTS` run; a frozen coefficient sits at ``beta0`` (TD3+BC's ``alpha`` is
+    ``1 / beta0``, CQL's is ``beta0 = cql_alpha`` itself)."""
     adapt, select, loosen = VARIANTS[variant]
-    return ssar.RunSpec(*(jnp.float32(v) for v in (1 / tcfg.beta0, adapt, select, loosen)))
+    alpha = fcfg.cql_alpha if isinstance(fcfg, ssar.CQLConfig) else 1 / fcfg.beta0
+    return ssar.RunSpec(*(jnp.float32(v) for v in (alpha, adapt, select, loosen)))
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
     """Methods trained as one vmapped program: same dataset, trust mask, family and ``n_end``.
     ``methods`` holds ``(name, variant)`` pairs: a :data:`VARIANTS` key, ``alpha=<a>`` (TD3+BC
-    with fixed alpha), ``cql`` or ``cql_ssar``."""
+    with fixed alpha) or ``cql`` (CQL with fixed ``cql_alpha``)."""
 
     dataset: str
     family: str  # "td3bc" | "cql"
@@ -206,7 +212,8 @@ def plan(config: Config) -> list[Arm]:
         add(config.n_end_dataset, "td3bc", "traj", v, f"td3bc_ssar_n{v:g}", "ssar")
     for d in config.cql_datasets:
         add(d, "cql", "traj", config.n_end, "cql", "cql")
-        add(d, "cql", "traj", config.n_end, "cql_ssar", "cql_ssar")
+        for v in config.cql_variants:
+            add(d, "cql", "traj", config.n_end, "cql_ssar" if v == "ssar" else f"cql_{v}", v)
     return [Arm(*k, tuple(ms)) for k, ms in groups.items()]
 
 
@@ -215,8 +222,6 @@ def _run_spec(variant: str, family_config) -> ssar.RunSpec:
         return ssar.td3bc_run(float(variant.removeprefix("alpha=")))
     if variant == "cql":
         return ssar.cql_run(family_config.cql_alpha)
-    if variant == "cql_ssar":
-        return ssar.cql_ssar_run(family_config)
     return variant_run(family_config, variant)
 
 
@@ -298,6 +303,7 @@ def run_arm(config: Config, arm: Arm, data, trust, k_eval, k_runs, refs: dict) -
             "final_slack": _slack_summary(slack[rows], trust_np),
             "seconds_per_step": seconds / (steps * len(per_run)),
             "beta0": _coefficient_at_start(per_run[i * s], fcfg, arm.family),
+            "adaptive": bool(float(per_run[i * s].adapt) > 0),
             "_slack_seed0": slack[i * s],
         }
     return out
@@ -466,9 +472,6 @@ def run(config: Config, out_dir: Path) -> dict:
     steps = {"td3bc": _eval_steps(config.steps, config.eval_every),
              "cql": _eval_steps(config.cql_steps, config.eval_every)}  # fmt: skip
     eval_steps = {m: steps[f] for m, f in family.items()}
-    for res in results.values():
-        for m, r in res["methods"].items():
-            r["adaptive"] = m != "cql" and m != "td3bc_select_only" and not m.startswith("td3bc_a")
 
     metrics = {
         key: by_key(results, key)

@@ -83,6 +83,10 @@ def test_variants_are_the_documented_flag_settings():
 
     cfg = ssar.TD3BCConfig()
     assert E.variant_run(cfg, "ssar") == ssar.ssar_run(cfg)
+    ccfg = ssar.CQLConfig()
+    assert E.variant_run(ccfg, "ssar") == ssar.cql_ssar_run(ccfg)
+    assert E.variant_run(ccfg, "select_only") == ssar.cql_run(ccfg.cql_alpha)._replace(
+        select=1.0, loosen=1.0)  # fmt: skip
     flags = {v: tuple(float(x) for x in E.variant_run(cfg, v))[1:] for v in E.VARIANTS}
     assert flags["ssar_no_select"] == (1.0, 0.0, 0.0)  # state-adaptive only
     assert flags["select_only"] == (0.0, 1.0, 1.0)  # beta fixed at beta0, BC on trusted rows
