@@ -52,13 +52,13 @@ from jaxlab.rl.ssar.nets import BetaNet, CQLCritic, TanhGaussianActor, tanh_gaus
 from jaxlab.rl.ssar.train import (
     RunSpec,
     Trainer,
+    _assemble,
     _batch_rows,
     _BudgetConfig,
-    _common_functions,
     _soft,
-    _where,
     check_selection,
-    schedule_update,
+    coefficient_step,
+    trust_metrics,
 )
 
 __all__ = [
@@ -343,16 +343,11 @@ def make_cql_trainer(
         # the coefficient step on the updated policy
         mean, log_std = actor.apply(actor_p, s)
         slack = coefficient_slack(mean, log_std, a, state.n)
-        b_loss, b_grad = jax.value_and_grad(
-            lambda p: L.beta_loss(beta_net.apply(p, s), slack, w, run.select)
-        )(state.beta)
-        b_upd, beta_opt_s = beta_opt.update(b_grad, state.beta_opt, state.beta)
-        learn_beta = run.adapt > 0
-        beta_p = _where(learn_beta, optax.apply_updates(state.beta, b_upd), state.beta)
-        beta_opt_s = _where(learn_beta, beta_opt_s, state.beta_opt)
-        n, frozen, slack_sum, slack_count = schedule_update(state, slack, w, True, config)
+        b_loss, beta_p, beta_opt_s, schedule = coefficient_step(
+            state, beta_net, beta_opt, s, slack, w, run.adapt > 0, True, config
+        )
+        n, frozen, slack_sum, slack_count = schedule
 
-        trusted = jnp.maximum(jnp.sum(w), 1.0)
         metrics = {
             "critic_loss": c_loss,
             "actor_loss": a_loss,
@@ -360,8 +355,7 @@ def make_cql_trainer(
             "entropy_alpha": alpha_ent,
             "cql_gap": gap,
             "beta_loss": b_loss,
-            "beta_trusted": jnp.sum(beta_used * w) / trusted,
-            "violation_frac": jnp.sum((slack < 0) * w) / trusted,
+            **trust_metrics(beta_used, slack, w),
             "n": n,
             "finite": all_finite(c_loss, a_loss, critic_p, actor_p, beta_p, log_alpha),
         }
@@ -377,19 +371,8 @@ def make_cql_trainer(
     def policy(state: CQLState, raw_obs: jax.Array) -> jax.Array:
         return jnp.tanh(actor.apply(state.actor, norm(raw_obs))[0])
 
-    def critic_value(state: CQLState, raw_obs, action):
-        return jnp.min(critic.apply(state.critic, norm(raw_obs), action), axis=0)
-
-    evaluate, q_over, init_runs = _common_functions(
-        init, policy, critic_value, data, trust, eval_key, eval_episodes, config.gamma, mesh
-    )
-
-    def checked_evaluate(state: CQLState) -> jax.Array:
-        check_instance(state, "state", CQLState)
-        return evaluate(state)
-
-    def slack(state: CQLState) -> jax.Array:
-        check_instance(state, "state", CQLState)
+    def slack_of(state: CQLState) -> jax.Array:
         return coefficient_slack(*actor.apply(state.actor, obs), actions, state.n)
 
-    return Trainer(init, step, checked_evaluate, policy, q_over, init_runs, slack)
+    return _assemble(CQLState, init, step, policy, critic, norm, slack_of, data, trust,
+                     eval_key, eval_episodes, config.gamma, mesh)  # fmt: skip

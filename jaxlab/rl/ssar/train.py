@@ -227,24 +227,29 @@ def check_selection(trust: jax.Array, run: RunSpec) -> None:
                          "(select > 0): no row would train beta or be regularised.")  # fmt: skip
 
 
-def _common_functions(
-    init, policy, critic_value, data, trust, eval_key, eval_episodes, gamma, mesh
-):
-    """``evaluate``, ``q_overestimation`` and ``init_runs`` from a trainer's ``init`` (which
-    checks its run with :func:`check_selection`; ``init_runs`` checks ``runs`` against
-    ``trust``), its deterministic ``policy(state, raw_obs)``
-    and ``critic_value(state, raw_obs, action) -> [N]``."""
+def _assemble(state_type, init, step, policy, critic, norm, slack_of, data, trust, eval_key,
+              eval_episodes, gamma, mesh) -> Trainer:  # fmt: skip
+    """A :class:`Trainer` from a family's ``init`` (which checks its run with
+    :func:`check_selection`), ``step``, deterministic ``policy(state, raw_obs)``, twin ``critic``
+    module, state normaliser ``norm`` and ``slack_of(state) -> [N]``: the evaluation start
+    states and Q-overestimation probes from ``eval_key``, and ``init_runs`` on ``mesh``."""
     starts = E.start_states(eval_key, eval_episodes)  # the starts of earlier measured runs
     probes = E.probe_states(
         data.obs, jax.random.fold_in(eval_key, 1), min(PROBE_STATES, data.obs.shape[0])
     )
 
     def evaluate(state):
+        check_instance(state, "state", state_type)
         return E.episode_returns(lambda o: policy(state, o), starts)
 
     def q_overestimation(state):
-        q = critic_value(state, probes, policy(state, probes))
+        check_instance(state, "state", state_type)
+        q = jnp.min(critic.apply(state.critic, norm(probes), policy(state, probes)), axis=0)
         return jnp.mean(q - E.mc_returns(lambda o: policy(state, o), probes, gamma))
+
+    def slack(state):
+        check_instance(state, "state", state_type)
+        return slack_of(state)
 
     def init_runs(key, runs: RunSpec):
         key = check_key(key)
@@ -259,7 +264,7 @@ def _common_functions(
         state = jax.vmap(init)(jax.random.split(key, r[0]), runs)
         return state if mesh is None else sharding.shard_batch(state, mesh)
 
-    return evaluate, q_overestimation, init_runs
+    return Trainer(init, step, evaluate, policy, q_overestimation, init_runs, slack)
 
 
 def _batch_rows(x, key, batch: int, n_rows: int) -> jax.Array:
@@ -300,6 +305,29 @@ def schedule_update(state, slack, w, due, config):
     slack_sum = jnp.where(period_end, 0.0, slack_sum)
     slack_count = jnp.where(period_end, 0.0, slack_count)
     return n, frozen, slack_sum, slack_count
+
+
+def coefficient_step(state, beta_net, beta_opt, s, slack, w, learn, due, config):
+    """The coefficient's dual step (:func:`~jaxlab.rl.ssar.td3bc.beta_loss` on ``slack``,
+    applied where ``learn``) and the threshold schedule (:func:`schedule_update`, fed where
+    ``due``): ``(beta_loss, beta, beta_opt_state, (n, frozen, slack_sum, slack_count))``."""
+    b_loss, b_grad = jax.value_and_grad(
+        lambda p: L.beta_loss(beta_net.apply(p, s), slack, w, state.run.select)
+    )(state.beta)
+    b_upd, opt_state = beta_opt.update(b_grad, state.beta_opt, state.beta)
+    beta = _where(learn, optax.apply_updates(state.beta, b_upd), state.beta)
+    opt_state = _where(learn, opt_state, state.beta_opt)
+    return b_loss, beta, opt_state, schedule_update(state, slack, w, due, config)
+
+
+def trust_metrics(beta_used, slack, w) -> dict:
+    """``beta_trusted`` (mean coefficient on the batch's trusted rows) and ``violation_frac``
+    (their fraction with negative slack); 0 on a batch without trusted rows."""
+    trusted = jnp.maximum(jnp.sum(w), 1.0)
+    return {
+        "beta_trusted": jnp.sum(beta_used * w) / trusted,
+        "violation_frac": jnp.sum((slack < 0) * w) / trusted,
+    }
 
 
 def make_trainer(
@@ -379,32 +407,24 @@ def make_trainer(
         a_upd, actor_opt = opt.update(a_grad, state.actor_opt, state.actor)
         actor_p = optax.apply_updates(state.actor, a_upd)
         slack = L.constraint_slack(pi_pre, a, state.n)
-        b_loss, b_grad = jax.value_and_grad(
-            lambda p: L.beta_loss(beta_net.apply(p, s), slack, w, run.select)
-        )(state.beta)
-        b_upd, beta_opt_s = beta_opt.update(b_grad, state.beta_opt, state.beta)
-        beta_p = optax.apply_updates(state.beta, b_upd)
-
         due = (state.step % config.policy_freq) == 0
         learn_beta = due & (run.adapt > 0)  # n may be frozen; beta keeps learning
+        b_loss, beta_new, beta_opt_s, schedule = coefficient_step(
+            state, beta_net, beta_opt, s, slack, w, learn_beta, due, config
+        )
         actor_new = _where(due, actor_p, state.actor)
         actor_opt = _where(due, actor_opt, state.actor_opt)
-        beta_new = _where(learn_beta, beta_p, state.beta)
-        beta_opt_s = _where(learn_beta, beta_opt_s, state.beta_opt)
         actor_t = _where(due, _soft(state.actor_target, actor_new, config.tau), state.actor_target)
         critic_t = _where(
             due, _soft(state.critic_target, critic_p, config.tau), state.critic_target
         )
+        n, frozen, slack_sum, slack_count = schedule
 
-        n, frozen, slack_sum, slack_count = schedule_update(state, slack, w, due, config)
-
-        trusted = jnp.maximum(jnp.sum(w), 1.0)
         metrics = {
             "critic_loss": c_loss,
             "actor_loss": a_loss,
             "beta_loss": b_loss,
-            "beta_trusted": jnp.sum(beta_used * w) / trusted,
-            "violation_frac": jnp.sum((slack < 0) * w) / trusted,
+            **trust_metrics(beta_used, slack, w),
             "n": n,
             "finite": all_finite(c_loss, a_loss, critic_p, actor_new, beta_new),
         }
@@ -419,19 +439,8 @@ def make_trainer(
     def policy(state: TD3BCState, raw_obs: jax.Array) -> jax.Array:
         return actor.apply(state.actor, norm(raw_obs))
 
-    def critic_value(state: TD3BCState, raw_obs, action):
-        return jnp.min(critic.apply(state.critic, norm(raw_obs), action), axis=0)
-
-    evaluate, q_over, init_runs = _common_functions(
-        init, policy, critic_value, data, trust, eval_key, eval_episodes, config.gamma, mesh
-    )
-
-    def checked_evaluate(state: TD3BCState) -> jax.Array:
-        check_instance(state, "state", TD3BCState)
-        return evaluate(state)
-
-    def slack(state: TD3BCState) -> jax.Array:
-        check_instance(state, "state", TD3BCState)
+    def slack_of(state: TD3BCState) -> jax.Array:
         return L.constraint_slack(actor.apply(state.actor, obs), data.action, state.n)
 
-    return Trainer(init, step, checked_evaluate, policy, q_over, init_runs, slack)
+    return _assemble(TD3BCState, init, step, policy, critic, norm, slack_of, data, trust,
+                     eval_key, eval_episodes, config.gamma, mesh)  # fmt: skip
