@@ -63,6 +63,8 @@ _GROUP_ALIASES = {  # test-file stem -> the method it belongs to (stems equal to
     "cmi_bootstrap": "cmi_test",
     "distillation_step": "gan_onestep",
     "fedgwc_baselines": "fedgwc",
+    "ssar_cql": "ssar",
+    "ssar_steps": "ssar",
 }
 _BY_FILE = {"core", "tests"}  # core and suite-wide tests: one group per file
 

@@ -29,8 +29,8 @@ Example::
     runs = ssar.stack_runs([ssar.td3bc_run(2.5), ssar.ssar_run(config)])  # one program
     state = trainer.init_runs(jax.random.key(3), runs)        # [2] runs
     state, metrics = jax.jit(jax.vmap(trainer.step))(state)  # metrics["beta_trusted"]: [2]
-    returns = jax.vmap(trainer.evaluate)(state)                # [2 runs, 2 episodes]
-    slack = jax.vmap(trainer.slack)(state)                     # [2, 20000]: < 0 = violation
+    returns = jax.jit(jax.vmap(trainer.evaluate))(state)       # [2 runs, 2 episodes]
+    slack = jax.jit(jax.vmap(trainer.slack))(state)            # [2, 20000]: < 0 = violation
 
     cql_config = ssar.CQLConfig(steps=20, batch=32, hidden=(16, 16, 16), n_actions=2)
     cql = ssar.make_cql_trainer(cql_config, data, w, jax.random.key(2), eval_episodes=2)

@@ -87,6 +87,8 @@ class CQLConfig(_BudgetConfig):
       hidden: actor and critic hidden widths (3 layers). beta_hidden: the coefficient net's.
       gamma, tau: discount and the critics' soft-update rate (every step).
       policy_lr, critic_lr: Adam rates of the actor (and the entropy temperature) and critics.
+        ``policy_lr`` defaults to the official 3e-5, set for a 1M-step run; at a few thousand
+        steps the actor barely moves at that rate (the ``ssar`` experiment uses 3e-4).
       n_actions: samples per source (uniform, pi(s), pi(s')) in the gap. temperature: its ``T``.
       cql_alpha: the fixed gap weight of CQL, and SSAR's ``beta0``.
       beta_lr_budget: ``lr_beta * T`` (official 1e-8 x 1M = 0.01).
