@@ -65,6 +65,8 @@ _GROUP_ALIASES = {  # test-file stem -> the method it belongs to (stems equal to
     "fedgwc_baselines": "fedgwc",
     "ssar_cql": "ssar",
     "ssar_steps": "ssar",
+    "knn_search": "visual_memory",
+    "visual_memory_bad_inputs": "visual_memory",
 }
 _BY_FILE = {"core", "tests"}  # core and suite-wide tests: one group per file
 

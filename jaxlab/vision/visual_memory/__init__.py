@@ -38,6 +38,8 @@ Example::
 
 from jaxlab.vision.visual_memory import encoders
 from jaxlab.vision.visual_memory.aggregate import (
+    COUNTS,
+    QUERY_CHUNK,
     RULES,
     accuracy_at_k,
     aggregate,
@@ -79,7 +81,9 @@ from jaxlab.vision.visual_memory.pruning import (
     soft_weights,
 )
 from jaxlab.vision.visual_memory.search import (
+    DEFAULT_BLOCK,
     MEM_AXIS,
+    group_size,
     memory_mesh,
     search,
     search_arrays,
@@ -88,8 +92,11 @@ from jaxlab.vision.visual_memory.search import (
 
 __all__ = [
     "BACKENDS",
+    "DEFAULT_BLOCK",
     "MEM_AXIS",
     "METRICS",
+    "COUNTS",
+    "QUERY_CHUNK",
     "RULES",
     "Backend",
     "FaissBackend",
@@ -106,6 +113,7 @@ __all__ = [
     "compact",
     "empty_memory",
     "fingerprint",
+    "group_size",
     "hard_exclusion",
     "label_entropy",
     "live_rows",

@@ -2,9 +2,14 @@
 
 Given a query's ``K`` retrieved neighbours (labels, cosine distances ``d = 1 - sim`` ascending,
 item weights, and an optional per-neighbour exclusion from hard pruning), the prediction at ``k``
-is ``argmax_c sum_{i < k} weight_i 1[y_i = c]`` over the first ``k`` *kept* neighbours, where
-``i`` is the rank among kept neighbours (an excluded neighbour consumes no rank; a query whose
-every neighbour is excluded ignores the exclusion). Weights per rule (:data:`RULES`):
+is ``argmax_c sum_i weight_i 1[y_i = c]`` over the kept neighbours among the first ``k``
+retrieved (``count="retrieved"``, the official ``PredictionAggregation.predict``); before the
+first kept neighbour it is the nearest neighbour's label, as there. An excluded neighbour casts no
+vote and consumes no rank (``i`` is the rank among kept neighbours); a query whose every
+neighbour is excluded ignores the exclusion. ``count="kept"`` instead indexes ``k`` by kept
+neighbours, as if the pruned items were absent from memory. Where the official code, with an
+exclusion, reads the distance or item weight of the ``i``-th *retrieved* neighbour for the
+``i``-th kept one, each neighbour's own is used here. Weights per rule (:data:`RULES`):
 
 - ``plurality``: 1;  ``soft_plurality``: the item weight ``w``;
 - ``distance``: ``exp(-d) ** gamma`` (``gamma = 0`` is plurality);
@@ -24,11 +29,12 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxlab.core.checks import check_array, check_choice, check_int, check_scalar
 
 __all__ = [
+    "COUNTS",
+    "QUERY_CHUNK",
     "RULES",
     "accuracy_at_k",
     "agreement",
@@ -43,9 +49,7 @@ RULES = ("plurality", "distance", "softmax", "rank", "soft_rank", "soft_pluralit
 
 
 def _kept_first(labels, dists, weights, excluded):
-    """Reorder each row so kept neighbours come first (stable), with the all-excluded fallback."""
-    all_out = excluded.all(axis=1, keepdims=True)
-    excluded = excluded & ~all_out
+    """Reorder each row so kept neighbours come first (stable)."""
     order = jnp.argsort(excluded, axis=1, stable=True)
 
     def take(a):
@@ -56,7 +60,7 @@ def _kept_first(labels, dists, weights, excluded):
 
 def rule_weights(rule, dists, weights, kept, *, alpha=2.0, gamma=1.0, temperature=0.07,
                  dist_range=None):  # fmt: skip
-    """Per-neighbour voting weights ``[B, K]`` (rows already kept-first; excluded get 0)."""
+    """Per-neighbour voting weights ``[B, K]`` (ranks count kept neighbours; excluded get 0)."""
     rank = jnp.cumsum(kept, axis=1) - 1  # rank among kept neighbours
     if rule == "plurality":
         w = jnp.ones_like(dists)
@@ -82,29 +86,61 @@ def rule_weights(rule, dists, weights, kept, *, alpha=2.0, gamma=1.0, temperatur
     return jnp.where(kept, w, 0.0).astype(jnp.float32)
 
 
-@functools.partial(jax.jit, static_argnames=("n_classes", "rule"))
+COUNTS = ("retrieved", "kept")
+
+
+@functools.partial(jax.jit, static_argnames=("n_classes", "rule", "count"))
 def _aggregate(labels, dists, weights, excluded, alpha, gamma, temperature, dist_range, *,
-               n_classes, rule):  # fmt: skip
-    labels, dists, weights, kept = _kept_first(labels, dists, weights, excluded)
+               n_classes, rule, count="retrieved"):  # fmt: skip
+    excluded = excluded & ~excluded.all(axis=1, keepdims=True)  # all excluded: ignore exclusion
+    if count == "kept":
+        labels, dists, weights, kept = _kept_first(labels, dists, weights, excluded)
+    else:
+        kept = ~excluded
     w = rule_weights(rule, dists, weights, kept, alpha=alpha, gamma=gamma,
                      temperature=temperature, dist_range=dist_range)  # fmt: skip
-    b = labels.shape[0]
-    rows = jnp.arange(b)
+    return _leaders(labels, w, kept, n_classes)
 
-    def body(carry, xs):
-        totals, lead, best = carry
-        y, wi, ki = xs
-        totals = totals.at[rows, y].add(wi)
-        new = totals[rows, y]
-        upd = ki & (new > best)
-        lead = jnp.where(upd, y, lead)
-        best = jnp.where(upd, new, best)
-        return (totals, lead, best), lead
 
-    init = (jnp.zeros((b, n_classes), jnp.float32), jnp.full((b,), -1, labels.dtype),
-            jnp.full((b,), -jnp.inf, jnp.float32))  # fmt: skip
-    _, preds = jax.lax.scan(body, init, (labels.T, w.T, kept.T))
-    return preds.T
+QUERY_CHUNK = 256  # queries per scan: measured fastest on CPU (the carry stays in cache)
+
+
+def _leaders(labels, w, kept, n_classes: int):
+    """The running leader after each neighbour, ``[B, K]``: a ``lax.scan`` over neighbours with
+    class totals ``[C, chunk]``, mapped over chunks of :data:`QUERY_CHUNK` queries.
+
+    One-hot arithmetic, not a scatter: adding zeros leaves each class's float32 total exactly
+    the sequential sum, so near-ties resolve as in a per-query loop."""
+    b, k = labels.shape
+    chunk = min(QUERY_CHUNK, b)
+    pad = -b % chunk
+    classes = jnp.arange(n_classes, dtype=labels.dtype)
+
+    def one_chunk(xs):
+        lab, wt, kp = xs  # [chunk, K]
+
+        def body(carry, col):
+            totals, lead, best = carry
+            y, wi, ki = col
+            hot = classes[:, None] == y[None, :]
+            totals = totals + jnp.where(hot, wi[None, :], 0.0)
+            new = jnp.max(jnp.where(hot, totals, -jnp.inf), axis=0)
+            upd = ki & (new > best)
+            lead = jnp.where(upd, y, lead)
+            return (totals, lead, jnp.where(upd, new, best)), lead
+
+        # before the first kept neighbour the prediction is the nearest one's label (official)
+        init = (jnp.zeros((n_classes, chunk), jnp.float32), lab[:, 0],
+                jnp.full((chunk,), -jnp.inf, jnp.float32))  # fmt: skip
+        _, preds = jax.lax.scan(body, init, (lab.T, wt.T, kp.T))
+        return preds.T
+
+    def split(a):
+        a = jnp.pad(a, ((0, pad), (0, 0)))
+        return a.reshape(-1, chunk, k)
+
+    out = jax.lax.map(one_chunk, (split(labels), split(w), split(kept)))
+    return out.reshape(-1, k)[:b]
 
 
 def _check_lists(labels, dists, weights, excluded):
@@ -132,9 +168,10 @@ def aggregate(
     gamma: float = 1.0,
     temperature: float = 0.07,
     dist_range: tuple[float, float] | None = None,
+    count: str = "retrieved",
 ) -> jax.Array:
-    """Predictions ``[B, K]``: column ``k - 1`` is the prediction from the first ``k`` kept
-    neighbours (see the module docstring for rules, ranks, exclusions and the tie rule).
+    """Predictions ``[B, K]``: column ``k - 1`` is the prediction at ``k`` (see the module
+    docstring for rules, ranks, exclusions, ``count`` and the tie rule).
 
     Args:
       labels: ``[B, K]`` neighbour labels in ``[0, n_classes)``, nearest first.
@@ -146,16 +183,20 @@ def aggregate(
       alpha, gamma, temperature: the rank offset, distance exponent and softmax temperature.
       dist_range: ``(lo, hi)`` distances mapped to ``[0, 1]`` before the softmax (the official
         evaluation-set min-max); ``None`` uses ``s = 1 - d``.
+      count: ``"retrieved"`` (official): ``k`` counts retrieved neighbours, the excluded ones
+        among them casting no vote; ``"kept"``: ``k`` counts kept neighbours (exclusion as if
+        the pruned items were absent from memory; the last columns repeat the final leader).
     """
     labels, dists, weights, excluded = _check_lists(labels, dists, weights, excluded)
     check_int(n_classes, "n_classes", minimum=1)
     check_choice(rule, "rule", RULES)
+    check_choice(count, "count", COUNTS)
     check_scalar(alpha, "alpha", 0.0, low_open=True)
     check_scalar(gamma, "gamma", 0.0)
     check_scalar(temperature, "temperature", 0.0, low_open=True)
-    lab = np.asarray(labels)
-    if lab.min() < 0 or lab.max() >= n_classes:
-        raise ValueError(f"`labels` must lie in [0, {n_classes}), got [{lab.min()}, {lab.max()}].")
+    lo_lab, hi_lab = (int(v) for v in jax.device_get((jnp.min(labels), jnp.max(labels))))
+    if lo_lab < 0 or hi_lab >= n_classes:
+        raise ValueError(f"`labels` must lie in [0, {n_classes}), got [{lo_lab}, {hi_lab}].")
     if dist_range is None:
         dr = jnp.array([0.0, 1.0], jnp.float32)
     else:
@@ -165,7 +206,7 @@ def aggregate(
         dr = jnp.array([lo, hi], jnp.float32)
     return _aggregate(labels, dists, weights, excluded, jnp.float32(alpha), jnp.float32(gamma),
                       jnp.float32(temperature), None if dist_range is None else dr,
-                      n_classes=int(n_classes), rule=rule)  # fmt: skip
+                      n_classes=int(n_classes), rule=rule, count=count)  # fmt: skip
 
 
 def accuracy_at_k(preds, targets) -> jax.Array:
