@@ -2,8 +2,8 @@
 
 :func:`search_arrays` is the core: a loop over fixed-size blocks of memory rows keeping a running
 top-k, so the ``B x N`` similarity matrix is never built (peak memory ``O(B * (block + k))``). The
-loop ends at the last valid row: full blocks, then ``block / 8``-row blocks for the remainder, so
-spare capacity costs nothing. Invalid rows score ``-inf``; ``query_ids`` masks a query's own row
+loop ends at the last valid row: full blocks, then up to two ``block / 8``-row blocks for the
+remainder, so spare capacity costs little. Invalid rows score ``-inf``; ``query_ids`` masks a query's own row
 (memory-vs-memory queries). Ties go to the lower id: rows are in id order (see
 :mod:`~jaxlab.vision.visual_memory.memory`), ``lax.top_k`` is stable (lower index first) and the
 running candidates (earlier rows) always precede a block's.
@@ -138,15 +138,18 @@ def _block_step(q, emb, valid, ids, qids, start, carry, *, size, k, method, reca
 def _local_search(q, emb, valid, ids, qids, *, k, block, method, recall, total, exclude):
     """Top-k of ``q @ emb.T`` over rows; ``(sims, ids)``.
 
-    A loop over ``block``-row slices up to the last full block below the high-water mark (the
-    last valid row), then a loop over ``block / 8``-row slices for the rest of it: rows past the
-    mark (spare capacity) cost nothing, and at most ``block / 8 - 1`` of them are scored."""
+    A loop over ``block``-row slices up to the high-water mark (the last valid row), the last
+    one only if more than two ``block / 8``-row slices would be needed to reach the mark, else
+    those slices: rows past the mark (spare capacity) cost nothing, at most ``3 block / 4`` of
+    them are scored."""
     n, _ = emb.shape
     b = q.shape[0]
     used = jnp.max(jnp.where(valid, jnp.arange(1, n + 1, dtype=jnp.int32), 0))
     tail = max(block // 8, 1)
     n_full = used // block
-    n_tail = (used - n_full * block + tail - 1) // tail
+    # a remainder of more than two tail blocks costs more in selections than one full block
+    n_full = n_full + (used - n_full * block > 2 * tail)
+    n_tail = jnp.maximum(used - n_full * block + tail - 1, 0) // tail
     opts = dict(k=k, method=method, recall=recall, total=total, exclude=exclude)
 
     def full(j, carry):
