@@ -3,8 +3,8 @@
 :func:`search_arrays` is the core: a loop over fixed-size blocks of memory rows keeping a running
 top-k, so the ``B x N`` similarity matrix is never built (peak memory ``O(B * (block + k))``). The
 loop ends at the last valid row: full blocks, then up to two ``block / 8``-row blocks for the
-remainder, so spare capacity costs little. Invalid rows score ``-inf``; ``query_ids`` masks a query's own row
-(memory-vs-memory queries). Ties go to the lower id: rows are in id order (see
+remainder, so spare capacity costs little. Invalid rows score ``-inf``; ``query_ids`` masks a
+query's own row (memory-vs-memory queries). Ties go to the lower id: rows are in id order (see
 :mod:`~jaxlab.vision.visual_memory.memory`), ``lax.top_k`` is stable (lower index first) and the
 running candidates (earlier rows) always precede a block's.
 
