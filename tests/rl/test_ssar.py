@@ -371,11 +371,13 @@ def test_host_chosen_rows_equal_the_trainers_own_draw():
     idx = jax.random.randint(k_idx, (TINY.batch,), 0, d_re().obs.shape[0])
     _, m_own = step(state)
     _, m_given = jax.jit(trainer.step)(state, idx)
+    # The two calls are separately compiled programs (rows gathered inside vs given), so XLA may
+    # fuse the same arithmetic differently: equal up to float32 rounding (one ULP seen on AMD EPYC).
     for k in m_own:
-        np.testing.assert_array_equal(m_own[k], m_given[k])
-    # other rows give another update
+        np.testing.assert_allclose(m_own[k], m_given[k], rtol=1e-6, atol=1e-7, err_msg=k)
+    # other rows give another update, far outside that tolerance
     _, m_other = jax.jit(trainer.step)(state, (idx + 1) % d_re().obs.shape[0])
-    assert float(m_other["critic_loss"]) != float(m_own["critic_loss"])
+    assert not np.isclose(float(m_other["critic_loss"]), float(m_own["critic_loss"]), rtol=1e-3)
 
 
 # --------------------------------------------------------------------------- the iql trust mask
