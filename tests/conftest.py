@@ -66,6 +66,8 @@ _GROUP_ALIASES = {  # test-file stem -> the method it belongs to (stems equal to
     "ssar_cql": "ssar",
     "ssar_steps": "ssar",
     "knn_search": "visual_memory",
+    "llm_bp_bad_inputs": "llm_bp",
+    "bp_inference": "llm_bp",
     "visual_memory_bad_inputs": "visual_memory",
 }
 _BY_FILE = {"core", "tests"}  # core and suite-wide tests: one group per file

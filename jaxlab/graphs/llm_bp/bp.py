@@ -319,7 +319,7 @@ def _messages(cavity, w, log_h, closed: bool):
         kappa = jnp.expm1(w * (log_h[0, 0] - log_h[0, 1]))[:, None]
         raw = jnp.log1p(kappa * jax.nn.softmax(cavity, axis=-1))
     else:
-        raw = jax.nn.logsumexp(cavity[:, :, None] + w[:, None, None] * log_h, axis=1)
+        raw = jax.nn.logsumexp(cavity[:, :, None] + w[:, None, None] * log_h[None], axis=1)
     return _normalize(raw)
 
 

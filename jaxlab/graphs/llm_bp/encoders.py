@@ -9,6 +9,7 @@ comparison is reported only (the paper's +8.1% encoder gain is not reproduced).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 
 import numpy as np
@@ -28,12 +29,15 @@ def class_aware_prefix(class_names: Sequence[str]) -> str:
 
 def tfidf_projection(texts: Sequence[str], dim: int = 384, seed: int = 0) -> np.ndarray:
     """Unit rows ``[N, dim]``: sklearn TF-IDF of the corpus times a seeded Gaussian projection."""
+    from sklearn.exceptions import DataDimensionalityWarning
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.random_projection import GaussianRandomProjection
 
     check_int(dim, "dim", minimum=1)
     tf = TfidfVectorizer(token_pattern=r"(?u)\b\w+\b").fit_transform(list(texts))
-    z = GaussianRandomProjection(n_components=dim, random_state=seed).fit_transform(tf)
+    with warnings.catch_warnings():  # a vocabulary smaller than dim is fine: a random embedding
+        warnings.simplefilter("ignore", DataDimensionalityWarning)
+        z = GaussianRandomProjection(n_components=dim, random_state=seed).fit_transform(tf)
     z = np.asarray(z, np.float32)
     return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), 1e-12)
 
