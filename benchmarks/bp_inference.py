@@ -137,11 +137,11 @@ def rows_for(size: str, n: int, c: int) -> list[dict]:
             continue
         cfg = L.BPConfig(message=message)
         fn = jax.jit(functools.partial(_run, config=cfg))  # fresh: compile time is measured
+        t = time_call(fn, g, jnp.asarray(lp), log_h, n_warmup=1, n_runs=runs)
         out = np.asarray(fn(g, lp, log_h))
         if ref is None:
             ref = out
         np.testing.assert_allclose(out, ref, atol=2e-3)
-        t = time_call(fn, g, jnp.asarray(lp), log_h, n_warmup=1, n_runs=runs)
         rows.append(_row(f"jaxlab {message}", size, t, work, n=n, C=c, E=e))
     # 8 (seed, r) runs in one call
     rs = jnp.linspace(0.5, 0.9, 8)
