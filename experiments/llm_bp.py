@@ -4,7 +4,7 @@ Run: ``python -m experiments run llm_bp --preset quick`` (C = 5, n = 1000, h in 
 2 seeds) or ``--preset full`` (n = 3000, C in {5, 10}, seven h, 5 seeds, few-shot k = 5, the
 estimator grid and the encoder comparison).
 
-Per (C, seed): labels and texts come from the seed alone (``llm_bp.make_text_graph``) and are
+Per (C, seed): labels and texts come from the seed alone (``llm_bp.seeded_corpus``) and are
 encoded once with MiniLM; the test nodes are a seeded half, 20 C of them are labelled by the
 simulated LLM (``a_node``) to build the zero-shot class embeddings (10 nearest to each predicted
 class's centroid, the official ``zero_shot.py``); few-shot uses k labelled non-test nodes per class.
@@ -189,18 +189,16 @@ def evaluate(x, labels, test, graphs, h_edges, r_hats, q, ids, cfg: Config) -> d
 
 def run_cell(cfg: Config, n_classes: int, seed: int, timer: dict, encoder: str = "minilm"):
     """One (C, seed): every h and method, zero-shot (and few-shot) class embeddings."""
-    tg = L.make_text_graph(seed, cfg.n_nodes, n_classes, cfg.hs[0], mean_degree=cfg.mean_degree)
+    labels, texts = L.seeded_corpus(seed, cfg.n_nodes, n_classes)  # no edges drawn here
+    names = L.class_names(n_classes)
     t0 = time.perf_counter()
-    x = L.encode_nodes(tg.texts, encoder, tg.class_names)
+    x = L.encode_nodes(texts, encoder, names)
     timer.setdefault(f"encode_{encoder}", []).append(time.perf_counter() - t0)
-    labels = tg.labels
     rng = np.random.default_rng([seed, n_classes, 2])
     test = L.test_split(cfg.n_nodes, rng)
     pool = rng.choice(test, min(20 * n_classes, len(test)), replace=False)
-    answers = L.label_nodes(labels[pool], tg.class_names, rng, a_node=cfg.a_node)
-    q, ids = L.zero_shot_class_embeddings(
-        x[pool], L.parse_answers(answers, tg.class_names), n_classes
-    )
+    answers = L.label_nodes(labels[pool], names, rng, a_node=cfg.a_node)
+    q, ids = L.zero_shot_class_embeddings(x[pool], L.parse_answers(answers, names), n_classes)
     graphs, h_edges, r_hats, edge_lists = [], [], [], []
     for h in cfg.hs:
         edges = L.seeded_edges(seed, labels, h, mean_degree=cfg.mean_degree)

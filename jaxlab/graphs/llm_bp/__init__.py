@@ -76,6 +76,7 @@ from jaxlab.graphs.llm_bp.data import (
     make_edges,
     make_text_graph,
     make_texts,
+    seeded_corpus,
     seeded_edges,
     test_split,
 )
@@ -95,6 +96,7 @@ __all__ = [
     "from_directed", "gaussian_features", "judge_edges", "label_nodes", "log_potential",
     "log_prior", "macro_f1", "make_bp", "make_edges", "make_graph", "make_text_graph",
     "make_texts", "na_features", "neighbour_mean", "neighbour_sum", "neutral_r", "pad_graph",
-    "parse_answers", "predict", "predicted_r_hat", "reverse_edge_index", "run_bp", "seeded_edges",
+    "parse_answers", "predict", "predicted_r_hat", "reverse_edge_index", "run_bp",
+    "seeded_corpus", "seeded_edges",
     "test_split", "tfidf_projection", "two_hop_features", "zero_shot_class_embeddings",
 ]  # fmt: skip

@@ -309,6 +309,13 @@ class BPState:
     t: jax.Array
 
 
+def _into_nodes(to_dst, to_src, graph: Graph):
+    """Per-edge values arriving at ``dst`` (``to_dst``) and at ``src`` (``to_src``), summed per
+    node: ``[n, ...]``."""
+    n = graph.n_nodes
+    return jax.ops.segment_sum(to_dst, graph.dst, n) + jax.ops.segment_sum(to_src, graph.src, n)
+
+
 def _normalize(x):
     return x - jax.nn.logsumexp(x, axis=-1, keepdims=True)
 
@@ -332,8 +339,7 @@ def _bp_step(state: BPState, graph: Graph, config: BPConfig, axis: str | None):
         d = jnp.where(state.t > 0, config.damping, 0.0)
         fwd = _normalize((1 - d) * fwd + d * state.msg_fwd)
         bwd = _normalize((1 - d) * bwd + d * state.msg_bwd)
-    n = graph.n_nodes
-    incoming = jax.ops.segment_sum(fwd, graph.dst, n) + jax.ops.segment_sum(bwd, graph.src, n)
+    incoming = _into_nodes(fwd, bwd, graph)
     if axis is not None:
         incoming = jax.lax.psum(incoming, axis)
     log_belief = _normalize(state.log_prior + incoming)
@@ -517,18 +523,12 @@ def make_bp(config: BPConfig, graph: Graph, mesh: Mesh | None = None) -> BP:
 def neighbour_sum(x: jax.Array, graph: Graph) -> jax.Array:
     """``sum_j w_ij x_j [n, ...]`` over both directions of every edge."""
     w = graph.weight.reshape((-1,) + (1,) * (x.ndim - 1)).astype(x.dtype)
-    n = graph.n_nodes
-    return jax.ops.segment_sum(w * x[graph.src], graph.dst, n) + jax.ops.segment_sum(
-        w * x[graph.dst], graph.src, n
-    )
+    return _into_nodes(w * x[graph.src], w * x[graph.dst], graph)
 
 
 def degree(graph: Graph) -> jax.Array:
     """Weighted degree ``[n]``."""
-    n = graph.n_nodes
-    return jax.ops.segment_sum(graph.weight, graph.dst, n) + jax.ops.segment_sum(
-        graph.weight, graph.src, n
-    )
+    return _into_nodes(graph.weight, graph.weight, graph)
 
 
 def neighbour_mean(x: Any, graph: Graph) -> jax.Array:

@@ -37,6 +37,7 @@ __all__ = [
     "make_edges",
     "make_text_graph",
     "make_texts",
+    "seeded_corpus",
     "seeded_edges",
     "test_split",
 ]
@@ -226,6 +227,17 @@ class TextGraph:
     description: str = DESCRIPTION
 
 
+def seeded_corpus(
+    seed: int, n_nodes: int, n_classes: int, *, rho_sig: float = 0.14, rho_conf: float = 0.10
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """``(labels, texts)`` of :func:`make_text_graph` for ``seed`` (no edges drawn)."""
+    check_int(seed, "seed", minimum=0)
+    rng = np.random.default_rng([seed, 0])
+    labels = balanced_labels(n_nodes, n_classes, rng)
+    texts = make_texts(labels, n_classes, rng, rho_sig=rho_sig, rho_conf=rho_conf)
+    return labels, tuple(texts)
+
+
 def make_text_graph(
     seed: int,
     n_nodes: int,
@@ -238,11 +250,8 @@ def make_text_graph(
 ) -> TextGraph:
     """Labels and texts from ``seed`` alone; edges from ``(seed, h)``. So one seed's texts are
     the same for every ``h`` (encode them once)."""
-    check_int(seed, "seed", minimum=0)
-    rng = np.random.default_rng([seed, 0])
-    labels = balanced_labels(n_nodes, n_classes, rng)
-    texts = make_texts(labels, n_classes, rng, rho_sig=rho_sig, rho_conf=rho_conf)
+    labels, texts = seeded_corpus(seed, n_nodes, n_classes, rho_sig=rho_sig, rho_conf=rho_conf)
     edges = seeded_edges(seed, labels, h, mean_degree=mean_degree)
     return TextGraph(
-        labels, tuple(texts), edges, float(h), edge_homophily(edges, labels), class_names(n_classes)
+        labels, texts, edges, float(h), edge_homophily(edges, labels), class_names(n_classes)
     )
