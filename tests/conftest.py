@@ -67,6 +67,7 @@ _GROUP_ALIASES = {  # test-file stem -> the method it belongs to (stems equal to
     "ssar_steps": "ssar",
     "knn_search": "visual_memory",
     "llm_bp_bad_inputs": "llm_bp",
+    "retrieval_heads_bad_inputs": "retrieval_heads",
     "bp_inference": "llm_bp",
     "visual_memory_bad_inputs": "visual_memory",
 }
