@@ -223,16 +223,18 @@ def test_patching_all_heads_reproduces_source(use_bias):
 
 @functools.cache
 def finetune_setup(mesh=None):
-    cfg = R.TrainConfig(steps=2, batch_size=4, length=LENGTH, chunk_size=2)
-    trainer = R.make_trainer(CFG, WORLD, cfg, stream=None, mesh=mesh)
+    """A fixed-stream trainer (the traced-variant trainer is covered by the stream-switch test)
+    and its jitted step."""
+    cfg = R.TrainConfig(steps=2, batch_size=4, length=LENGTH, chunk_size=1)
+    trainer = R.make_trainer(CFG, WORLD, cfg, stream="symbolic_kv", mesh=mesh)
     _, params, _ = setup()
-    state = trainer.init(jax.random.key(5), params, variant="symbolic_kv")
-    return trainer, state
+    state = trainer.init(jax.random.key(5), params)
+    return trainer, state, jax.jit(trainer.step)
 
 
 def test_attention_only_step_leaves_the_rest_bitwise():
-    trainer, state = finetune_setup()
-    new, metrics = jax.jit(trainer.step)(state)
+    _, state, step = finetune_setup()
+    new, metrics = step(state)
     assert bool(metrics["finite"])
     labels = R.attention_labels(state.train.params)
     changed = jax.tree_util.tree_map(
@@ -247,10 +249,10 @@ def test_attention_only_step_leaves_the_rest_bitwise():
 
 
 def test_sharded_step_and_scores_equal_unsharded(mesh):
-    trainer, state = finetune_setup()
-    sharded, _ = finetune_setup(mesh)
-    a, ma = jax.jit(trainer.step)(state)
-    b, mb = jax.jit(sharded.step)(state)
+    _, state, step = finetune_setup()
+    _, _, sharded_step = finetune_setup(mesh)
+    a, ma = step(state)
+    b, mb = sharded_step(state)
     np.testing.assert_allclose(float(ma["loss"]), float(mb["loss"]), rtol=1e-5)
     for x, y in zip(
         jax.tree_util.tree_leaves(a.train.params),
@@ -266,14 +268,14 @@ def test_sharded_step_and_scores_equal_unsharded(mesh):
 
 
 def test_seeds_vmap_over_one_base():
-    trainer, state = finetune_setup()
+    trainer, state, step = finetune_setup()
     _, params, _ = setup()
     keys = jax.random.split(jax.random.key(9), 2)
-    states = jax.vmap(lambda k: trainer.init(k, params, variant="real"))(keys)
-    out, metrics = trainer.run(states, 1, vmap=True)
+    states = jax.vmap(lambda k: trainer.init(k, params))(keys)
+    _, metrics = trainer.run(states, 1, vmap=True)
     assert metrics["loss"].shape == (2, 1)
-    one, m1 = trainer.run(trainer.init(keys[1], params, variant="real"), 1)
-    np.testing.assert_allclose(metrics["loss"][1], m1["loss"], rtol=1e-5)
+    _, m1 = step(trainer.init(keys[1], params))
+    np.testing.assert_allclose(metrics["loss"][1, 0], float(m1["loss"]), rtol=1e-5)
 
 
 def test_base_cache_roundtrip(tmp_path):

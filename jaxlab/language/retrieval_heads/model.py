@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import struct
 
@@ -99,6 +100,9 @@ class TrainConfig:
       lm_weight: weight of the non-answer tokens' next-token loss (the answer tokens weigh 1;
         ``lm_only`` data has no answer and weighs every token 1).
       chunk_size: steps per jitted chunk (progress granularity).
+      position_scale: ``(low, high)``: each sequence's RoPE positions are scaled by a factor
+        drawn log-uniformly from this range (position augmentation of the base, so that a model
+        pretrained at 64 tokens still works under interpolation 1/4); ``None``: the model's own.
     """
 
     steps: int = 150
@@ -112,6 +116,7 @@ class TrainConfig:
     attention_only: bool = True
     lm_weight: float = 0.0
     chunk_size: int = 50
+    position_scale: tuple[float, float] | None = None
 
     def __post_init__(self):
         check_int(self.steps, "TrainConfig.steps", minimum=1)
@@ -125,6 +130,14 @@ class TrainConfig:
         check_bool(self.attention_only, "TrainConfig.attention_only")
         check_scalar(self.lm_weight, "TrainConfig.lm_weight", 0.0)
         check_int(self.chunk_size, "TrainConfig.chunk_size", minimum=1)
+        if self.position_scale is not None:
+            ok = isinstance(self.position_scale, tuple) and len(self.position_scale) == 2
+            lo, hi = self.position_scale if ok else (0, 0)
+            if not (ok and 0 < lo <= hi):
+                raise ValueError(
+                    "`TrainConfig.position_scale` must be None or (low, high) with "
+                    f"0 < low <= high, got {self.position_scale!r}."
+                )
         if self.schedule == "cosine" and self.warmup_steps >= self.steps:
             raise ValueError(
                 f"`TrainConfig.warmup_steps` ({self.warmup_steps}) must be < steps ({self.steps})."
@@ -141,7 +154,8 @@ BASE_TRAIN = TrainConfig(
     warmup_steps=60,
     weight_decay=0.01,
     attention_only=False,
-    lm_weight=0.1,
+    lm_weight=0.0,
+    position_scale=(0.25, 1.0),
 )
 
 
@@ -187,12 +201,14 @@ def attention_labels(params: Any) -> Any:
     return jax.tree_util.tree_map_with_path(label, params)
 
 
-def sequence_loss(model: Transformer, params, batch: D.Batch, lm_weight: float = 0.0):
+def sequence_loss(
+    model: Transformer, params, batch: D.Batch, lm_weight: float = 0.0, positions=None
+):
     """Weighted next-token cross-entropy: answer targets (``loss_mask``) weigh 1, other real
     targets ``lm_weight``. Returns ``(loss, answer accuracy)`` (teacher-forced, all answer
-    tokens right)."""
+    tokens right). ``positions``: ``[B, T]`` (float) RoPE positions, default ``arange(T)``."""
     tokens = batch.tokens
-    logits = model.apply(params, tokens, mask=D.key_mask(tokens))
+    logits = model.apply(params, tokens, mask=D.key_mask(tokens), positions=positions)
     targets = tokens[:, 1:]
     ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], targets)
     answer = batch.loss_mask[:, 1:]
@@ -305,7 +321,17 @@ def make_trainer(
         del x
         batch = constrain_batch(draw(state), mesh)
         lm = jnp.where(state.stream == D.VARIANTS.index("lm_only"), 1.0, config.lm_weight)
-        grad_fn = jax.value_and_grad(lambda p: sequence_loss(model, p, batch, lm), has_aux=True)
+        positions = None
+        if config.position_scale is not None:
+            lo, hi = np.log(config.position_scale[0]), np.log(config.position_scale[1])
+            k = state.train.step_key(salt=1)
+            scale = jnp.exp(jax.random.uniform(k, (config.batch_size, 1), minval=lo, maxval=hi))
+            positions = scale * jnp.arange(config.length, dtype=jnp.float32)[None, :]
+
+        def loss_fn(p):
+            return sequence_loss(model, p, batch, lm, positions)
+
+        grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         (loss, acc), grads = grad_fn(state.train.params)
         train = state.train.apply_gradients(grads)
         metrics = {"loss": loss, "accuracy": acc, "finite": all_finite(loss, grads)}
