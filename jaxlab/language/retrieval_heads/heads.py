@@ -30,6 +30,7 @@ import scipy.stats
 from jaxlab.core.checks import check_int, check_key, check_scalar
 from jaxlab.core.nn import Transformer
 from jaxlab.core.sharding import constrain_batch
+from jaxlab.core.training import map_in_chunks
 from jaxlab.language.retrieval_heads.data import ANSWER_LEN, PAD
 
 __all__ = [
@@ -161,10 +162,12 @@ def _knockout_chunk(model, params, tokens, masks, mesh=None):
     return jax.lax.map(one, masks)  # [M, B]: one head set after another (vmap: ~5x slower)
 
 
-def _chunks(n: int, chunk: int | None):
-    chunk = n if chunk is None else min(check_int(chunk, "chunk", minimum=1), n)
-    for s in range(0, n, chunk):
-        yield s, np.minimum(np.arange(s, s + chunk), n - 1)
+def _mean_over_examples(fn, tokens, chunk):
+    """``fn(tokens_chunk) -> [M, chunk]`` bool, in padded chunks; ``[M]`` means over examples."""
+    if chunk is not None:
+        check_int(chunk, "chunk", minimum=1)
+    right = map_in_chunks(lambda t: jnp.transpose(fn(t)), (jnp.asarray(tokens),), chunk)
+    return np.asarray(right).mean(0)
 
 
 def knockout_accuracy(
@@ -183,13 +186,9 @@ def knockout_accuracy(
       ``[M]`` accuracies.
     """
     masks = _check_masks(head_mask, model)
-    tokens = _check_tokens(tokens)
-    n = tokens.shape[0]
-    right = np.zeros((masks.shape[0], n), bool)
-    for s, idx in _chunks(n, chunk):
-        out = np.asarray(_knockout_chunk(model, params, jnp.asarray(tokens[idx]), masks, mesh))
-        right[:, s : s + len(idx)] = out[:, : n - s]
-    return right.mean(1)
+    return _mean_over_examples(
+        lambda t: _knockout_chunk(model, params, t, masks, mesh), _check_tokens(tokens), chunk
+    )
 
 
 def _source_terms(model: Transformer, source, target, tokens):
@@ -262,10 +261,6 @@ def patched_accuracy(
       ``[M]`` accuracies.
     """
     masks = _check_masks(head_mask, model)
-    tokens = _check_tokens(tokens)
-    n = tokens.shape[0]
-    right = np.zeros((masks.shape[0], n), bool)
-    for s, idx in _chunks(n, chunk):
-        out = _patch_chunk(model, source, target, jnp.asarray(tokens[idx]), masks, mesh)
-        right[:, s : s + len(idx)] = np.asarray(out)[:, : n - s]
-    return right.mean(1)
+    return _mean_over_examples(
+        lambda t: _patch_chunk(model, source, target, t, masks, mesh), _check_tokens(tokens), chunk
+    )
