@@ -12,7 +12,10 @@ so a whole run is one ``lax.scan`` (:func:`jaxlab.core.training.run_chunked`) an
 ``vmap``-ped over ``init`` keys. Base pretraining trains everything (AdamW, linear warm-up then
 cosine); fine-tuning trains only the attention projections (``query``/``key``/``value``/``out``)
 with Adam through ``optax.multi_transform`` over a label pytree, every other leaf through
-``optax.set_to_zero()`` (bitwise unchanged). :func:`pretrain_base` caches the base parameters with
+``optax.set_to_zero()`` (bitwise unchanged). The base is trained with each sequence's RoPE
+positions scaled by a log-uniform factor in [1/4, 1] (``position_scale``; measured: a base trained
+at plain positions drops from 62% to 0.8% under interpolation 1/4 at its own length, because its
+binding heads use exact offsets). :func:`pretrain_base` caches the base parameters with
 orbax (:mod:`jaxlab.core.checkpoint`) under a hash of (world, model, training config, seed).
 """
 
