@@ -216,16 +216,8 @@ def run(config: Config, out_dir: Path) -> dict:
     ref = heads["real"]
     ref_k = topk["real"]
     for name, sets, refs in (("", heads, ref), ("_topk", topk, ref_k)):
-        metrics["recall" + name] = {
-            v: [_null(R.head_recall(hs[s], refs[s])) for s in range(len(hs))]
-            for v, hs in sets.items()
-            if v != "no_ft"
-        } | {"no_ft": [_null(R.head_recall(sets["no_ft"][0], refs[s])) for s in range(n_seeds)]}
-        metrics["precision" + name] = {
-            v: [_null(R.head_precision(hs[s], refs[s])) for s in range(len(hs))]
-            for v, hs in sets.items()
-            if v != "no_ft"
-        } | {"no_ft": [_null(R.head_precision(sets["no_ft"][0], refs[s])) for s in range(n_seeds)]}
+        metrics["recall" + name] = _versus_real(R.head_recall, sets, refs, n_seeds)
+        metrics["precision" + name] = _versus_real(R.head_precision, sets, refs, n_seeds)
     metrics["correlation"] = _correlations(metrics, sc, ref, config)
 
     t3 = time.perf_counter()
@@ -248,7 +240,8 @@ def run(config: Config, out_dir: Path) -> dict:
         patch[v] = {"retrieval": [], "all": [], "random": []}
         gap[v] = {"retrieval": [], "all": []}
         for s in range(n_seeds):
-            target = models[v][min(s, len(models[v]) - 1)]
+            t = min(s, len(models[v]) - 1)  # no_ft: one model for every seed
+            target = models[v][t]
             h = ref[s]
             draws = R.random_head_sets(
                 jax.random.fold_in(rng_key, 100 + s), h, int(h.sum()), config.n_random
@@ -259,7 +252,7 @@ def run(config: Config, out_dir: Path) -> dict:
             patch[v]["all"].append(float(acc[1]))
             patch[v]["random"].append(acc[2:].tolist())
             real_acc = metrics["accuracy"]["real"][s]
-            syn_acc = metrics["accuracy"][v][min(s, len(models[v]) - 1)]
+            syn_acc = metrics["accuracy"][v][t]
             for kind, a in (("retrieval", acc[0]), ("all", acc[1])):
                 g = real_acc - syn_acc
                 gap[v][kind].append(None if abs(g) < 0.05 else float((a - syn_acc) / g))
@@ -271,6 +264,18 @@ def run(config: Config, out_dir: Path) -> dict:
     _figures(metrics, sc, config, out_dir)
     _report(metrics, config, out_dir)
     return metrics
+
+
+def _versus_real(metric, sets: dict, refs: list, n_seeds: int) -> dict:
+    """``{variant: [metric(H[variant][s], H_real[s]) per seed]}``; ``no_ft`` (one model) is
+    compared with every seed's real model."""
+    out = {
+        v: [_null(metric(hs[s], refs[s])) for s in range(len(hs))]
+        for v, hs in sets.items()
+        if v != "no_ft"
+    }
+    out["no_ft"] = [_null(metric(sets["no_ft"][0], refs[s])) for s in range(n_seeds)]
+    return out
 
 
 def _correlations(metrics: dict, sc: dict, ref, config: Config) -> dict:

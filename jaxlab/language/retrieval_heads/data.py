@@ -464,7 +464,6 @@ def _kv_instance(key, world: World, length: int, filler: bool):
 def _templated_filler_instance(key, world: World, length: int):
     ks = jax.random.split(key, 6)
     budget = prompt_length(length) - 4
-    tmpl, _ = world.templates()
     rel = jax.random.randint(ks[0], (), 0, world.n_relations)
     ent = world.entity0 + world.n_entities + jax.random.randint(ks[1], (), 0, world.n_entities)
     pair = jax.random.randint(ks[2], (), 0, world.n_pairs)
@@ -514,11 +513,12 @@ def _min_length(stream: str, world: World | None = None) -> int:
     return DOC_WIDTH + 4 + ANSWER_LEN + QA_WIDTH * extra
 
 
-@functools.partial(jax.jit, static_argnames=("world", "stream", "length", "batch_size"))
-def _sample(key, world, stream, length, batch_size):
+def _draw(key, world, stream, length, batch_size) -> Batch:
     keys = jax.random.split(key, batch_size)
-    tokens, span, mask = jax.vmap(lambda k: _instance(k, world, stream, length))(keys)
-    return Batch(tokens, span, mask)
+    return Batch(*jax.vmap(lambda k: _instance(k, world, stream, length))(keys))
+
+
+_sample = jax.jit(_draw, static_argnames=("world", "stream", "length", "batch_size"))
 
 
 def _check_sizes(length, batch_size, stream, world=None):
@@ -533,10 +533,6 @@ def sample_batch(key: jax.Array, world: World, stream: str, length: int, batch_s
     if not isinstance(world, World):
         raise TypeError(f"`world` must be a World, got {type(world).__name__}.")
     _check_sizes(length, batch_size, stream, world)
-    if isinstance(key, jax.core.Tracer):
-        keys = jax.random.split(key, batch_size)
-        tokens, span, mask = jax.vmap(lambda k: _instance(k, world, stream, length))(keys)
-        return Batch(tokens, span, mask)
     return _sample(check_key(key, "key"), world, stream, length, batch_size)
 
 
@@ -545,14 +541,7 @@ def sample_stream(key, world: World, index, length: int, batch_size: int) -> Bat
     fine-tuning program serves every variant: ``lax.switch`` runs only the chosen generator)."""
     _check_sizes(length, batch_size, "real")
     branches = [
-        functools.partial(
-            lambda k, s: Batch(
-                *jax.vmap(lambda kk: _instance(kk, world, s, length))(
-                    jax.random.split(k, batch_size)
-                )
-            ),
-            s=s,
-        )
+        functools.partial(_draw, world=world, stream=s, length=length, batch_size=batch_size)
         for s in VARIANTS
     ]
     return jax.lax.switch(index, branches, key)

@@ -164,8 +164,6 @@ def _knockout_chunk(model, params, tokens, masks, mesh=None):
 
 def _mean_over_examples(fn, tokens, chunk):
     """``fn(tokens_chunk) -> [M, chunk]`` bool, in padded chunks; ``[M]`` means over examples."""
-    if chunk is not None:
-        check_int(chunk, "chunk", minimum=1)
     right = map_in_chunks(lambda t: jnp.transpose(fn(t)), (jnp.asarray(tokens),), chunk)
     return np.asarray(right).mean(0)
 

@@ -47,6 +47,7 @@ __all__ = [
     "TrainerState",
     "attention_labels",
     "base_cache_path",
+    "default_cache_dir",
     "make_model",
     "make_trainer",
     "pretrain_base",

@@ -33,6 +33,7 @@ import numpy as np
 from jaxlab.core.checks import check_bool, check_int
 from jaxlab.core.nn import Transformer
 from jaxlab.core.sharding import constrain_batch
+from jaxlab.core.training import map_in_chunks
 from jaxlab.language.retrieval_heads.data import EOS, PAD
 
 __all__ = [
@@ -253,15 +254,9 @@ def retrieval_scores(
     check_bool(dedup, "dedup")
     prompt = np.asarray(prompt, np.int32)
     span = np.asarray(answer_span, np.int32)
-    n = prompt.shape[0]
-    chunk = n if chunk is None else min(check_int(chunk, "chunk", minimum=1), n)
-    toks, tops = [], []
-    for s in range(0, n, chunk):
-        idx = np.minimum(np.arange(s, s + chunk), n - 1)
-        d = _decode(model, params, jnp.asarray(prompt[idx]), int(n_steps), mesh)
-        toks.append(np.asarray(d.tokens)[: n - s])
-        tops.append(np.asarray(d.argmax)[: n - s])
-    tokens, top = np.concatenate(toks), np.concatenate(tops)
+    decode = lambda p: _decode(model, params, p, int(n_steps), mesh)  # noqa: E731
+    d = map_in_chunks(decode, (jnp.asarray(prompt),), chunk)  # padded chunks, one shape
+    tokens, top = np.asarray(d.tokens), np.asarray(d.argmax)
     per, copied, recall, success = jax.device_get(
         _rule_batch(top, tokens, prompt, span, int(eos_id), bool(dedup))
     )
