@@ -300,6 +300,84 @@ def test_residual_patching_of_all_heads_reproduces_the_source_model():
 
 
 # ------------------------------------------------------------------------------------------------
+# smeared keys (Olsson et al. 2022)
+
+SMEAR = Transformer(
+    d_model=D, num_layers=L, num_heads=H, d_mlp=32, vocab_size=VOCAB, smear_keys=True
+)
+
+
+@functools.cache
+def smear_setup():
+    """SMEAR's parameters: MODEL's plus per-head smear logits (weights ``alpha`` per layer)."""
+    _, params = setup()
+    alpha = np.array([[0.3, 0.8], [0.6, 0.1]])  # [L, H]
+    logits = np.log(alpha / (1 - alpha))
+    p = jax.tree_util.tree_map(np.asarray, params)["params"]
+    p = {
+        k: (
+            {**v, "attn": {**v["attn"], "smear": logits[int(k[-1])].astype(np.float32)}}
+            if k.startswith("block_")
+            else v
+        )
+        for k, v in p.items()
+    }
+    return {"params": p}, logits
+
+
+@jax.jit
+def _smear_prefill(params, tokens, mask, positions):
+    cache = SMEAR.init_cache(B, T)
+    return SMEAR.apply(params, tokens, mask=mask, positions=positions, cache=cache)
+
+
+@jax.jit
+def _smear_step(params, tokens, cache):
+    return SMEAR.apply(params, tokens, cache=cache)
+
+
+def test_smeared_keys_match_a_numpy_reference_and_the_cache():
+    tokens, params = setup()
+    sp, logits = smear_setup()
+    shapes = jax.eval_shape(SMEAR.init, jax.random.key(0), tokens)
+    assert jax.tree_util.tree_structure(shapes) == jax.tree_util.tree_structure(sp)
+    assert shapes["params"]["block_1"]["attn"]["smear"].shape == (H,)
+    mask = np.ones((B, T), bool)
+    mask[0, :2] = False  # a left-padded row
+    positions = np.broadcast_to(np.cumsum(mask, 1) - 1, (B, T)).astype(np.int32)
+    full, aux = probe(sp, tokens, model=SMEAR, mask=mask, positions=positions)
+    # layer 0 attention from the raw parameters: k~_s = (1 - a) k_s + a k_{s-1}, k_{-1} = pad = 0
+    p = np_params(sp)["block_0"]
+    x = np_layer_norm(np_params(sp)["embed"]["embedding"][tokens], p["ln_attn"])
+    q, k = (
+        np.einsum("btd,dhe->bthe", x, p["attn"][n]["kernel"]) + p["attn"][n]["bias"]
+        for n in ("query", "key")
+    )
+    q, k = rope_complex_reference(q, positions), rope_complex_reference(k, positions)
+    a = 1 / (1 + np.exp(-logits[0]))[None, None, :, None]
+    prev = np.concatenate([np.zeros_like(k[:, :1]), k[:, :-1]], 1)
+    prev = prev * np.concatenate([np.zeros((B, 1), bool), mask[:, :-1]], 1)[:, :, None, None]
+    ks = (1 - a) * k + a * prev
+    sc = np.einsum("bthe,bshe->bhts", q, ks) / np.sqrt(DH)
+    ok = np.tril(np.ones((T, T), bool))[None, None] & mask[:, None, None, :]
+    sc = np.where(ok, sc, -1e30)  # padded query rows (compared from slot 2 on) stay finite
+    ref = np.exp(sc - sc.max(-1, keepdims=True))
+    ref = ref / ref.sum(-1, keepdims=True)
+    np.testing.assert_allclose(aux.attention[0][1:], ref[1:], atol=1e-5)
+    np.testing.assert_allclose(aux.attention[0][0, :, 2:], ref[0, :, 2:], atol=1e-5)
+    assert max_abs(full[1:], probe(params, tokens, mask=mask, positions=positions)[0][1:]) > 1e-3
+    # the cache stores unsmeared keys and smears over its slots: prefill + steps == full
+    logits_p, paux = to_np(_smear_prefill(sp, tokens[:, :4], mask[:, :4], positions[:, :4]))
+    np.testing.assert_allclose(logits_p[1:], full[1:, :4], atol=1e-5)
+    np.testing.assert_allclose(logits_p[0, 2:], full[0, 2:4], atol=1e-5)
+    cache = paux.cache
+    for t in range(4, T):
+        step, saux = to_np(_smear_step(sp, tokens[:, t : t + 1], cache))
+        cache = saux.cache
+        np.testing.assert_allclose(step[:, 0], full[:, t], atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------
 # RoPE
 
 

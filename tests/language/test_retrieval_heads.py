@@ -328,8 +328,9 @@ def test_gold_span_once_and_no_duplicate_fact(stream):
         pairs = sum(ctx[j] == gold[0] and ctx[j + 1] == gold[1] for j in range(p - 1))
         assert pairs == 1
         if stream in ("real", "realistic_syn", "templated_diverse"):
-            ent, qw = tok[i, p - 3], tok[i, p - 2]
-            assert (ctx == ent).sum() >= 1
+            ent, qw = tok[i, p - 1], tok[i, p - 2]  # question Q A qw e
+            assert tok[i, p - 4] == D.Q and tok[i, p - 3] == D.A
+            assert ctx[span[i, 0] - 1] == ent  # entity_last: the entity precedes the value
             # (e_q, r_q) is stated once: sentences of e_q carrying r_q's head word
             body = ctx[:-4]  # the context without the question
             sentences = np.split(body, np.flatnonzero(body == D.DOT) + 1)
