@@ -14,6 +14,7 @@ import pytest
 from jaxlab.language import retrieval_heads as R
 from jaxlab.language.retrieval_heads import data as D
 from jaxlab.language.retrieval_heads import scores as S
+from tests.helpers import assert_compiles_once
 
 WORLD = R.World()
 CFG = R.ModelConfig(d_model=16, num_layers=2, num_heads=2, d_mlp=32, base_length=64)
@@ -265,6 +266,14 @@ def test_sharded_step_and_scores_equal_unsharded(mesh):
     d2 = R.decode_argmax(model, params, batch.tokens[:, :P], 3, mesh=mesh)
     np.testing.assert_array_equal(np.asarray(d1.argmax), np.asarray(d2.argmax))
     np.testing.assert_array_equal(np.asarray(d1.tokens), np.asarray(d2.tokens))
+
+
+def test_fresh_states_share_one_compiled_step():
+    # the optimiser is static metadata of the state: one per trainer, not one per init
+    trainer, state, step = finetune_setup()
+    _, params, _ = setup()
+    again = trainer.init(jax.random.key(6), params)
+    assert_compiles_once(step, [(state,), (again,)], name="trainer.step")
 
 
 def test_seeds_vmap_over_one_base():

@@ -127,7 +127,7 @@ class World:
     """
 
     n_entities: int = 60
-    n_relations: int = 6
+    n_relations: int = 4
     rel_words: int = 6
     n_templates: int = 3
     n_values: int = 8

@@ -266,7 +266,7 @@ class Trainer(NamedTuple):
     model: Transformer
 
 
-def _optimizer(config: TrainConfig, params):
+def _optimizer(config: TrainConfig, labels):
     if config.schedule == "cosine":
         lr = optax.warmup_cosine_decay_schedule(
             0.0, config.learning_rate, config.warmup_steps, config.steps, 0.0
@@ -280,7 +280,7 @@ def _optimizer(config: TrainConfig, params):
     if not config.attention_only:
         return tx
     return optax.multi_transform(
-        {"attention": tx, "frozen": optax.set_to_zero()}, attention_labels(params)
+        {"attention": tx, "frozen": optax.set_to_zero()}, labels
     )
 
 
@@ -309,6 +309,10 @@ def make_trainer(
         )
     model = make_model(model_config, world, config.length)
     dummy = jnp.zeros((1, config.length), jnp.int32)
+    labels = attention_labels(jax.eval_shape(model.init, jax.random.key(0), dummy))
+    # one optimiser object for every state: it is static pytree metadata of TrainState, so a
+    # fresh one per ``init`` would recompile the step for every run (~15 s each at T = 256)
+    tx = _optimizer(config, labels)
 
     def init(key, params=None, variant=None) -> TrainerState:
         key = check_key(key, "key")
@@ -321,7 +325,6 @@ def make_trainer(
             if variant is not None:
                 raise ValueError("`variant` is only for a trainer made with `stream=None`.")
             index = -1
-        tx = _optimizer(config, params)
         return TrainerState(TrainState.create(params, tx, key), jnp.asarray(index, jnp.int32))
 
     def draw(state: TrainerState) -> D.Batch:
@@ -342,6 +345,10 @@ def make_trainer(
             positions = scale * jnp.arange(config.length, dtype=jnp.float32)[None, :]
 
         def loss_fn(p):
+            if config.attention_only:  # frozen leaves as constants: no weight gradients for them
+                p = jax.tree_util.tree_map(
+                    lambda x, lab: x if lab == "attention" else jax.lax.stop_gradient(x), p, labels
+                )
             return sequence_loss(model, p, batch, lm, positions)
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
