@@ -14,7 +14,9 @@ variants as keyed JAX generators), :mod:`~jaxlab.language.retrieval_heads.model`
 KV-cache ``lax.scan`` keeping each head's top-1 attention position) and
 :mod:`~jaxlab.language.retrieval_heads.heads` (head sets, recall / precision, correlations,
 knockout and patching). No official code exists for the paper; the score follows the official
-``Retrieval_Head`` code.
+``Retrieval_Head`` code. Two choices differ from the issue, both measured: the transformer uses
+smeared keys (``ModelConfig.smear_keys``) and facts put the entity right before the value
+(``World.layout``); without both the base never learns to bind the entity in its budget.
 
 Example::
 

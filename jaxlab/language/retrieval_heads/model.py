@@ -279,9 +279,7 @@ def _optimizer(config: TrainConfig, labels):
         tx = optax.adam(lr)
     if not config.attention_only:
         return tx
-    return optax.multi_transform(
-        {"attention": tx, "frozen": optax.set_to_zero()}, labels
-    )
+    return optax.multi_transform({"attention": tx, "frozen": optax.set_to_zero()}, labels)
 
 
 def make_trainer(
