@@ -21,8 +21,9 @@ issue (context 256, not the spec's 384; 250 fine-tuning steps in full, not 400).
 
 Differences from the issue (each measured; see the README): the transformer uses smeared keys and
 the world puts the entity right before the value (without both the base never binds the entity
-in its budget); base documents have 2 sentences and the world 4 relations; fine-tuning lr 3e-3
-(not 1e-3); quick evaluates on 256 examples (512 in full), else it takes 4.4 min. Independent
+in its budget); base documents have 2 sentences and the world 4 relations; fine-tuning lr 6e-3
+and a cosine schedule (not constant 1e-3); quick evaluates on 256 examples and scores on 128
+(512 / 256 in full), else it takes 4.4 min. Independent
 jobs (fine-tuning + scoring per model, knockout and patching per target) run on ``workers``
 threads.
 """
@@ -39,7 +40,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiments import _common
-from experiments._config import COUNT, UNIT, Choice, Range
+from experiments._config import COUNT, NONNEG, UNIT, Choice, Range
 from jaxlab.language import retrieval_heads as R
 
 NAME = "retrieval_heads"
@@ -60,7 +61,10 @@ class Config:
     base_steps, base_batch, base_lr: base pretraining (context 64, AdamW, warm-up + cosine).
     variants: fine-tuned variants (``real`` first; ``no_ft`` is always evaluated).
     ft_seeds: fine-tuning seeds per variant.
-    ft_steps, ft_batch, ft_lr: attention-only fine-tuning (Adam, constant rate).
+    ft_steps, ft_batch, ft_lr: attention-only fine-tuning (Adam).
+    ft_schedule, ft_warmup: ``"cosine"`` (linear warm-up of ``ft_warmup`` steps, then cosine
+      decay to 0) or ``"constant"`` (the issue's Adam 1e-3; measured, seed 5, real at 256:
+      constant 3e-3 0.54, cosine 3e-3 0.59, cosine 6e-3 0.60, cosine 1e-2 0.58).
     length: the extended context.
     n_detection, n_eval: real-task detection and evaluation examples.
     tau, top_k: the head sets H_tau and top-K.
@@ -79,7 +83,9 @@ class Config:
     ft_seeds: int = 1
     ft_steps: int = 150
     ft_batch: int = 16
-    ft_lr: float = 3e-3
+    ft_lr: float = 6e-3
+    ft_schedule: str = "cosine"
+    ft_warmup: int = 10
     length: int = 256
     n_detection: int = 256
     n_eval: int = 512
@@ -103,6 +109,8 @@ LIMITS = {
     "ft_steps": COUNT,
     "ft_batch": COUNT,
     "ft_lr": Range(0, low_open=True),
+    "ft_schedule": Choice("cosine", "constant"),
+    "ft_warmup": NONNEG,
     "length": Range(64, 2048),
     "n_detection": COUNT,
     "n_eval": COUNT,
@@ -117,8 +125,9 @@ LIMITS = {
 }
 
 PRESETS = {
-    # 256 evaluation examples, not the issue's 512: at 512 the quick run takes 4.4 min here
-    "quick": Config(n_eval=256),
+    # 256 evaluation / 128 detection examples, not the issue's 512 / 256: at 512 / 256 the quick
+    # run takes 4.4 min here
+    "quick": Config(n_eval=256, n_detection=128),
     "full": Config(
         base_steps=1500,
         variants=R.VARIANTS,
@@ -205,6 +214,8 @@ def run(config: Config, out_dir: Path) -> dict:
         batch_size=config.ft_batch,
         length=config.length,
         learning_rate=config.ft_lr,
+        schedule=config.ft_schedule,
+        warmup_steps=config.ft_warmup if config.ft_schedule == "cosine" else 0,
     )
     trainer = R.make_trainer(mc, world, ft_cfg, stream=None)  # one program for every variant
     # one job per model: fine-tune (not no_ft), then accuracy and scores; no_ft last, beside
