@@ -215,7 +215,9 @@ def run(config: Config, out_dir: Path) -> dict:
         length=config.length,
         learning_rate=config.ft_lr,
         schedule=config.ft_schedule,
-        warmup_steps=config.ft_warmup if config.ft_schedule == "cosine" else 0,
+        warmup_steps=min(config.ft_warmup, config.ft_steps - 1)
+        if config.ft_schedule == "cosine"
+        else 0,
     )
     trainer = R.make_trainer(mc, world, ft_cfg, stream=None)  # one program for every variant
     # one job per model: fine-tune (not no_ft), then accuracy and scores; no_ft last, beside
