@@ -23,9 +23,8 @@ Differences from the issue (each measured; see the README): the transformer uses
 the world puts the entity right before the value (without both the base never binds the entity
 in its budget); base documents have 2 sentences and the world 4 relations; fine-tuning lr 6e-3
 and a cosine schedule (not constant 1e-3); quick evaluates on 256 examples and scores on 128
-(512 / 256 in full), else it takes 4.4 min. Independent
-jobs (fine-tuning + scoring per model, knockout and patching per target) run on ``workers``
-threads.
+(512 / 256 in full), else it takes 4.4 min. Independent jobs (fine-tuning + scoring per model,
+knockout and patching per target) run on ``workers`` threads.
 """
 
 from __future__ import annotations

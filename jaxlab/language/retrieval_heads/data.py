@@ -13,7 +13,7 @@ distinct value tokens of its relation (so ``|k| = 2``).
 
 **A fact sentence** is ``t_1..t_m e v1 v2 .`` with a template of ``m`` in 2-4 relation words, or
 the templated needle ``qw_r = e v1 v2 .``. **A document** is ``DOC`` and 2-4 fact sentences about
-one entity with distinct relations. **A question** is ``Q qw_r A e`` (``Q A k1 k2 k3`` for
+one entity with distinct relations. **A question** is ``Q A qw_r e`` (``Q A k1 k2 k3`` for
 key-value data) and the answer is ``v1 v2 EOS``, the last three tokens of every sequence. This is
 the default ``World.layout="entity_last"``; ``"entity_first"`` is the issue's order (``e t.. v1 v2
 .``, ``e qw_r = v1 v2 .``, ``Q e qw_r A``, ``k1 k2 k3 = v1 v2 .``, ``Q k1 k2 k3 A``), kept for
@@ -121,7 +121,7 @@ class World:
         64 / 256 tokens against 0.85 / 0.46 with 2-4 sentences and 0.58 / 0.51 with 1).
       template_seed: seed of the fixed template table.
       layout: ``"entity_last"`` (default): the entity (or the key's last token) sits right before
-        the value and ends the question, ``t_1..t_m e v1 v2 .`` and ``Q qw_r A e``;
+        the value and ends the question, ``t_1..t_m e v1 v2 .`` and ``Q A qw_r e``;
         ``"entity_first"``: the issue's ``e t_1..t_m v1 v2 .`` and ``Q e qw_r A``. With the entity
         first the value's nearest tokens name only the relation, and the base (600 x 32, with or
         without smeared keys) copies a value of the asked relation at the rate of a random pick
