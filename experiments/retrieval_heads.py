@@ -72,6 +72,9 @@ class Config:
     cache_base: reuse a cached base (off: train it, for timing).
     workers: threads running independent jobs (fine-tuning runs, per-model evaluation,
       knockout and patching jobs) side by side; 1 runs them in order (same results).
+    chunk: examples per evaluation call (scores, accuracy, knockout, patching). 16 is the
+      fastest here (2 CPU cores; the attention rows stay in cache): knockout of 7 head sets on
+      256 examples 12 s against 25 s at 128; raise it on an accelerator.
     """
 
     seed: int = 0
@@ -97,6 +100,7 @@ class Config:
     d_mlp: int = 256
     cache_base: bool = True
     workers: int = 2
+    chunk: int = 16
 
 
 LIMITS = {
@@ -121,6 +125,7 @@ LIMITS = {
     "num_heads": Range(1, 64),
     "d_mlp": COUNT,
     "workers": Range(1, 16),
+    "chunk": COUNT,
 }
 
 PRESETS = {
@@ -188,18 +193,21 @@ def run(config: Config, out_dir: Path) -> dict:
         R.split_key(config.seed, "evaluation"), world, "real", config.length, config.n_eval
     )
     p_len = R.prompt_length(config.length)
+    ch = config.chunk
     det_prompt = np.asarray(det.tokens)[:, :p_len]
 
     def accuracy(model, params):
-        return float(R.knockout_accuracy(model, params, ev.tokens, none_mask)[0])
+        return float(R.knockout_accuracy(model, params, ev.tokens, none_mask, chunk=ch)[0])
 
     def scores(params):
-        return R.retrieval_scores(long_, params, det_prompt, det.span, chunk=128)
+        return R.retrieval_scores(long_, params, det_prompt, det.span, chunk=ch)
 
     metrics: dict = {
-        "base_accuracy": float(R.knockout_accuracy(short, base, ev_short.tokens, none_mask)[0]),
+        "base_accuracy": float(
+            R.knockout_accuracy(short, base, ev_short.tokens, none_mask, chunk=ch)[0]
+        ),
         "accuracy": {},
-        "accuracy_no_interp": float(R.knockout_accuracy(plain, base, ev.tokens, none_mask)[0]),
+        "accuracy_no_interp": accuracy(plain, base),
         "scores": {},
         "activation_frequency": {},
         "n_scored": {},
@@ -218,7 +226,8 @@ def run(config: Config, out_dir: Path) -> dict:
         if config.ft_schedule == "cosine"
         else 0,
     )
-    trainer = R.make_trainer(mc, world, ft_cfg, stream=None)  # one program for every variant
+    # one program for every variant run (each variant in the switch adds to its compile)
+    trainer = R.make_trainer(mc, world, ft_cfg, stream=tuple(config.variants))
     # one job per model: fine-tune (not no_ft), then accuracy and scores; no_ft last, beside
     # the last fine-tuning run
     jobs = [(v, s) for v in config.variants for s in range(config.ft_seeds)] + [("no_ft", 0)]
@@ -277,10 +286,10 @@ def run(config: Config, out_dir: Path) -> dict:
         )
         if v == "knockout":
             masks = np.concatenate([none_mask[None], h[None], draws])
-            return R.knockout_accuracy(long_, models["real"][s], ev.tokens, masks)
+            return R.knockout_accuracy(long_, models["real"][s], ev.tokens, masks, chunk=ch)
         target = models[v][min(s, len(models[v]) - 1)]  # no_ft: one model for every seed
         masks = np.concatenate([h[None], np.ones_like(h)[None], draws])
-        return R.patched_accuracy(long_, models["real"][s], target, ev.tokens, masks)
+        return R.patched_accuracy(long_, models["real"][s], target, ev.tokens, masks, chunk=ch)
 
     causal_out = dict(
         zip(causal_jobs, _in_parallel(causal, causal_jobs, config.workers), strict=True)

@@ -336,6 +336,8 @@ def test_gold_span_once_and_no_duplicate_fact(stream):
         ctx = tok[i, :p]
         pairs = sum(ctx[j] == gold[0] and ctx[j + 1] == gold[1] for j in range(p - 1))
         assert pairs == 1
+        # distinct_gold_tokens: each gold token occurs once, so the second one follows the first
+        assert (ctx == gold[0]).sum() == 1 and (ctx == gold[1]).sum() == 1
         if stream in ("real", "realistic_syn", "templated_diverse"):
             ent, qw = tok[i, p - 1], tok[i, p - 2]  # question Q A qw e
             assert tok[i, p - 4] == D.Q and tok[i, p - 3] == D.A
@@ -350,6 +352,20 @@ def test_gold_span_once_and_no_duplicate_fact(stream):
     assert np.asarray(b.loss_mask)[:, -3:].all()
 
 
+def test_disjoint_pairs_cover_every_pair_sharing_no_gold_token():
+    n = 5
+    for gold in range(n * (n - 1)):
+        g = set(D._pair(gold, n))
+        draws = D._disjoint_pair(jax.random.key(gold), gold, (400,), n)
+        pairs = {tuple(int(x) for x in D._pair(d, n)) for d in np.asarray(draws)}
+        want = {(a, b) for a in range(n) for b in range(n) if a != b and not {a, b} & g}
+        assert pairs == want  # 6 pairs, 400 draws: all seen
+    b = R.sample_batch(jax.random.key(11), D.World(distinct_gold_tokens=False), "real", LENGTH, 16)
+    tok = np.asarray(b.tokens)
+    repeats = [(t[: R.prompt_length(LENGTH)] == t[-3]).sum() for t in tok]
+    assert max(repeats) > 1  # the rule: only the gold pair is excluded
+
+
 def test_stream_switch_matches_named_stream():
     k = jax.random.key(4)
     for name in ("real", "symbolic_kv_filler", "lm_only"):
@@ -358,6 +374,11 @@ def test_stream_switch_matches_named_stream():
             k, WORLD, jnp.int32(D.VARIANTS.index(name)), LENGTH, 2
         )
         np.testing.assert_array_equal(np.asarray(a.tokens), np.asarray(b.tokens))
+    sub = ("symbolic_kv", "real")  # a subset: indices into it
+    c = R.sample_stream(k, WORLD, jnp.int32(1), LENGTH, 2, sub)
+    np.testing.assert_array_equal(
+        np.asarray(c.tokens), np.asarray(R.sample_batch(k, WORLD, "real", LENGTH, 2).tokens)
+    )
     lm = R.sample_batch(k, WORLD, "lm_only", LENGTH, 2)
     real = np.asarray(lm.tokens) != D.PAD
     real[:, 0] = False  # the first token is never a target

@@ -94,6 +94,32 @@ CASES = [
         "`stream`",
     ),
     (
+        "trainer: stream tuple",
+        lambda: R.make_trainer(CFG, WORLD, R.TrainConfig(length=80), stream=("real", "base")),
+        ValueError,
+        "`stream`",
+    ),
+    (
+        "trainer: variant outside its streams",
+        lambda: R.make_trainer(CFG, WORLD, R.TrainConfig(length=80), stream=("real",)).init(
+            jax.random.key(0), variant="symbolic_kv"
+        ),
+        ValueError,
+        "`variant`",
+    ),
+    (
+        "stream switch: streams",
+        lambda: R.sample_stream(jax.random.key(0), WORLD, 0, 80, 2, ["real"]),
+        ValueError,
+        "`streams`",
+    ),
+    (
+        "world: distinct_gold_tokens",
+        lambda: R.World(distinct_gold_tokens=1),
+        (TypeError, ValueError),
+        "distinct_gold_tokens",
+    ),
+    (
         "trainer: variant",
         lambda: R.make_trainer(CFG, WORLD, R.TrainConfig(length=80), stream=None).init(
             jax.random.key(0), variant="fake"
