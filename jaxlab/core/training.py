@@ -49,6 +49,7 @@ __all__ = [
     "fit",
     "map_in_chunks",
     "minibatch_epochs",
+    "precompile_chunked",
     "progress_bar",
     "run_chunked",
     "scan_steps",
@@ -198,6 +199,30 @@ def run_chunked(
     if vmap:
         buffers = jax.tree_util.tree_map(lambda b: np.moveaxis(b, 0, 1), buffers)
     return state, buffers
+
+
+def precompile_chunked(
+    step: Step,
+    state: PyTree,
+    n_steps: int,
+    *,
+    chunk_size: int,
+    xs: PyTree = None,
+    vmap: bool = False,
+    donate: bool = True,
+) -> None:
+    """Compile ahead of time the chunks that ``run_chunked`` with the same arguments will call.
+
+    Only shapes and dtypes of ``state`` (and ``xs``) matter: pass a template state (e.g. a fresh
+    initialisation) to compile a run while its real initial state is still being computed, say
+    in another thread. The later ``run_chunked`` then only traces (the compiled executables are
+    cached by jax). Runs nothing.
+    """
+    check_int(n_steps, "n_steps", minimum=1)
+    check_int(chunk_size, "chunk_size", minimum=1)
+    chunk = _compiled_chunk(step, vmap, donate)
+    for k in sorted({min(chunk_size, n_steps), n_steps % chunk_size or chunk_size}):
+        chunk.lower(state, k, None if xs is None else _slice(xs, 0, k)).compile()
 
 
 @functools.lru_cache(maxsize=128)

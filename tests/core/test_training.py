@@ -12,6 +12,7 @@ from jaxlab.core.training import (
     fit,
     map_in_chunks,
     minibatch_epochs,
+    precompile_chunked,
     progress_bar,
     run_chunked,
     scan_steps,
@@ -257,3 +258,32 @@ def test_map_in_chunks_equals_one_call_and_compiles_once(chunk):
     assert len(set(traces)) <= 2  # the chunk shape (padded) and the reference call's shape
     with pytest.raises(ValueError, match="`chunk` must be >= 1"):
         map_in_chunks(fn, (a, b), 0)
+
+
+def test_precompile_chunked_leaves_nothing_to_compile_for_the_run():
+    compiles = []
+
+    def listener(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    try:
+
+        def fresh_step():  # a new step object: its chunks are compiled anew
+            return lambda state, x: random_walk_step(state, x)
+
+        run_chunked(fresh_step(), walk_init(0), 7, chunk_size=3)  # eager helpers warmed up
+        compiles.clear()
+        run_chunked(fresh_step(), walk_init(2), 7, chunk_size=3)
+        assert len(compiles) == 2  # without precompiling: chunks of 3 and of 1
+        step = fresh_step()
+        template = jax.tree_util.tree_map(jnp.zeros_like, walk_init(1))  # shapes only
+        precompile_chunked(step, template, 7, chunk_size=3)
+        compiles.clear()
+        state, m = run_chunked(step, walk_init(2), 7, chunk_size=3)
+        assert compiles == []  # the run only traced
+        want = run_chunked(random_walk_step, walk_init(2), 7, chunk_size=7)[1]["x"]
+        np.testing.assert_array_equal(m["x"], want)
+    finally:
+        jax.monitoring.clear_event_listeners()

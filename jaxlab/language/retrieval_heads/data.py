@@ -56,6 +56,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxlab.core.checks import check_bool, check_choice, check_int, check_key
+from jaxlab.core.training import map_in_chunks
 
 PAD, DOC, Q, A, EOS, DOT, EQ = range(7)
 N_SPECIAL = 7
@@ -575,12 +576,16 @@ def _min_length(stream: str, world: World | None = None) -> int:
     return DOC_WIDTH + 4 + ANSWER_LEN + QA_WIDTH * extra
 
 
-def _draw(key, world, stream, length, batch_size) -> Batch:
-    keys = jax.random.split(key, batch_size)
+def _draw_keys(keys, world, stream, length) -> Batch:
     return Batch(*jax.vmap(lambda k: _instance(k, world, stream, length))(keys))
 
 
-_sample = jax.jit(_draw, static_argnames=("world", "stream", "length", "batch_size"))
+def _draw(key, world, stream, length, batch_size) -> Batch:
+    return _draw_keys(jax.random.split(key, batch_size), world, stream, length)
+
+
+_sample_keys = jax.jit(_draw_keys, static_argnames=("world", "stream", "length"))
+HOST_CHUNK = 128  # sample_batch draws larger batches in chunks of this many (one compile)
 
 
 def _check_sizes(length, batch_size, stream, world=None):
@@ -590,12 +595,18 @@ def _check_sizes(length, batch_size, stream, world=None):
 
 def sample_batch(key: jax.Array, world: World, stream: str, length: int, batch_size: int) -> Batch:
     """Draw ``batch_size`` sequences of ``length`` tokens from ``stream`` (one of
-    :data:`STREAMS`). Deterministic for a fixed key; traceable (call it inside ``jit``)."""
+    :data:`STREAMS`). Deterministic for a fixed key; traceable (call it inside ``jit``). From the
+    host, batches above ``HOST_CHUNK`` are drawn in chunks of it (same draws, one compile)."""
     check_choice(stream, "stream", STREAMS)
     if not isinstance(world, World):
         raise TypeError(f"`world` must be a World, got {type(world).__name__}.")
     _check_sizes(length, batch_size, stream, world)
-    return _sample(check_key(key, "key"), world, stream, length, batch_size)
+    keys = jax.random.split(check_key(key, "key"), batch_size)
+    if batch_size <= HOST_CHUNK:
+        return _sample_keys(keys, world, stream, length)
+    # one compiled generator for every batch size above the chunk (compiling one takes ~8 s
+    # here); the same keys as one call, so the same draws
+    return map_in_chunks(lambda k: _sample_keys(k, world, stream, length), (keys,), HOST_CHUNK)
 
 
 def sample_stream(
