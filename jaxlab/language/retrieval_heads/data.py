@@ -90,6 +90,7 @@ __all__ = [
     "STREAMS",
     "VARIANTS",
     "World",
+    "check_streams",
     "key_mask",
     "prompt_length",
     "sample_batch",
@@ -588,6 +589,16 @@ _sample_keys = jax.jit(_draw_keys, static_argnames=("world", "stream", "length")
 HOST_CHUNK = 128  # sample_batch draws larger batches in chunks of this many (one compile)
 
 
+def check_streams(streams, name: str = "streams") -> tuple:
+    """``streams`` if it is a non-empty tuple of :data:`VARIANTS` names, else a ``ValueError``
+    naming ``name``."""
+    if not isinstance(streams, tuple) or not streams:
+        raise ValueError(f"`{name}` must be a non-empty tuple of VARIANTS, got {streams!r}.")
+    for s in streams:
+        check_choice(s, name, VARIANTS)
+    return streams
+
+
 def _check_sizes(length, batch_size, stream, world=None):
     check_int(length, "length", minimum=_min_length(stream, world))
     check_int(batch_size, "batch_size", minimum=1)
@@ -616,10 +627,7 @@ def sample_stream(
     fine-tuning program serves every stream of ``streams``, default :data:`VARIANTS`:
     ``lax.switch`` runs only the chosen generator; each listed stream adds its generator to the
     compiled program)."""
-    if not isinstance(streams, tuple) or not streams:
-        raise ValueError(f"`streams` must be a non-empty tuple of VARIANTS, got {streams!r}.")
-    for s in streams:
-        check_choice(s, "streams", VARIANTS)
+    check_streams(streams, "streams")
     _check_sizes(length, batch_size, "real")
     branches = [
         functools.partial(_draw, world=world, stream=s, length=length, batch_size=batch_size)

@@ -319,13 +319,7 @@ def make_trainer(
         check_choice(stream, "stream", D.STREAMS)
         streams = None
     else:
-        streams = D.VARIANTS if stream is None else stream
-        if not isinstance(streams, tuple) or not streams:
-            raise ValueError(
-                f"`stream` must be a name, a tuple of VARIANTS or None, got {stream!r}."
-            )
-        for s in streams:
-            check_choice(s, "stream", D.VARIANTS)
+        streams = D.check_streams(D.VARIANTS if stream is None else stream, "stream")
     if mesh is not None and config.batch_size % mesh.size:
         raise ValueError(
             f"`config.batch_size` ({config.batch_size}) must be a multiple of the mesh's "
@@ -385,21 +379,18 @@ def make_trainer(
         metrics = {"loss": loss, "accuracy": acc, "finite": all_finite(loss, grads)}
         return state.replace(train=train), metrics
 
-    def run(state: TrainerState, n_steps: int | None = None, desc: str = "", vmap=False):
+    def steps_and_chunk(n_steps):
         n = config.steps if n_steps is None else check_int(n_steps, "n_steps", minimum=1)
+        return n, min(config.chunk_size, n)
+
+    def run(state: TrainerState, n_steps: int | None = None, desc: str = "", vmap=False):
+        n, chunk = steps_and_chunk(n_steps)
         with progress_bar(n, desc, metric="loss") as bar:
-            return run_chunked(
-                step,
-                state,
-                n,
-                chunk_size=min(config.chunk_size, n),
-                vmap=vmap,
-                on_chunk=bar,
-            )
+            return run_chunked(step, state, n, chunk_size=chunk, vmap=vmap, on_chunk=bar)
 
     def precompile(state: TrainerState, n_steps: int | None = None, vmap=False) -> None:
-        n = config.steps if n_steps is None else check_int(n_steps, "n_steps", minimum=1)
-        precompile_chunked(step, state, n, chunk_size=min(config.chunk_size, n), vmap=vmap)
+        n, chunk = steps_and_chunk(n_steps)
+        precompile_chunked(step, state, n, chunk_size=chunk, vmap=vmap)
 
     return Trainer(init, step, run, model, precompile)
 
