@@ -65,6 +65,7 @@ _GROUP_ALIASES = {  # test-file stem -> the method it belongs to (stems equal to
     "fedgwc_baselines": "fedgwc",
     "ssar_cql": "ssar",
     "ssar_steps": "ssar",
+    "retrieval_score": "retrieval_heads",
     "knn_search": "visual_memory",
     "llm_bp_bad_inputs": "llm_bp",
     "retrieval_heads_bad_inputs": "retrieval_heads",

@@ -41,6 +41,8 @@ __all__ = [
     "Scores",
     "aggregate",
     "decode_argmax",
+    "decode_scan",
+    "prefill",
     "retrieval_scores",
     "rouge1_recall",
     "score_rule",
@@ -110,14 +112,22 @@ def _check_prompt_span(prompt, answer_span) -> None:
             raise ValueError(f"`answer_span` widths must be <= {MAX_SPAN}, got {width.max()}.")
 
 
-@functools.partial(jax.jit, static_argnames=("model", "n_steps", "mesh"))
-def _decode(model: Transformer, params, prompt, n_steps: int, mesh=None) -> Decoded:
+def prefill(model: Transformer, params, prompt: jax.Array, n_steps: int, mesh=None):
+    """Step 1: every prompt token but the last written into a KV cache of ``P - 1 + n_steps``
+    slots (``PAD`` keys masked). Traceable (jit it, or call it inside jit)."""
     prompt = constrain_batch(prompt, mesh)
     b, p = prompt.shape
     dtype = jax.tree_util.tree_leaves(params)[0].dtype
     cache = model.init_cache(b, p - 1 + n_steps, dtype)
     head = prompt[:, : p - 1]
     _, aux = model.apply(params, head, mask=head != PAD, cache=cache)
+    return aux.cache
+
+
+def decode_scan(model: Transformer, params, cache, first: jax.Array, n_steps: int) -> Decoded:
+    """Step 2: greedy decode of ``n_steps`` tokens from a prefilled ``cache``, feeding ``first``
+    ``[B]`` (the last prompt token) first; one ``lax.scan`` keeping each head's argmax per step.
+    Traceable."""
 
     def step(carry, _):
         cache, token = carry
@@ -127,8 +137,14 @@ def _decode(model: Transformer, params, prompt, n_steps: int, mesh=None) -> Deco
         new = jnp.argmax(logits[:, 0], axis=-1).astype(jnp.int32)
         return (aux.cache, new), (new, jnp.transpose(top, (1, 0, 2)))
 
-    _, (tokens, top) = jax.lax.scan(step, (aux.cache, prompt[:, p - 1]), None, length=n_steps)
+    _, (tokens, top) = jax.lax.scan(step, (cache, first), None, length=n_steps)
     return Decoded(tokens.T, jnp.transpose(top, (1, 0, 2, 3)))
+
+
+@functools.partial(jax.jit, static_argnames=("model", "n_steps", "mesh"))
+def _decode(model: Transformer, params, prompt, n_steps: int, mesh=None) -> Decoded:
+    cache = prefill(model, params, prompt, n_steps, mesh)
+    return decode_scan(model, params, cache, constrain_batch(prompt, mesh)[:, -1], n_steps)
 
 
 def decode_argmax(
