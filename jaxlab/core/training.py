@@ -103,6 +103,16 @@ def _slice(xs: PyTree, start: int, stop: int) -> PyTree:
     return jax.tree_util.tree_map(lambda x: x[start:stop], xs)
 
 
+def _check_run(n_steps, chunk_size, xs, caller: str) -> None:
+    """The arguments ``run_chunked`` and ``precompile_chunked`` share."""
+    check_int(n_steps, "n_steps", minimum=1)
+    check_int(chunk_size, "chunk_size", minimum=1)
+    if xs is not None:
+        lengths = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(xs)}
+        if lengths != {n_steps}:
+            raise ValueError(f"{caller}: `xs` leading axes {sorted(lengths)} != n_steps={n_steps}.")
+
+
 def run_chunked(
     step: Step,
     state: PyTree,
@@ -148,15 +158,7 @@ def run_chunked(
       ``(final_state, metrics)``; metrics leaves are NumPy arrays ``[n_steps, ...]``, or
       ``[S, n_steps, ...]`` with ``vmap=True`` (the layout of ``jax.vmap`` over a whole run).
     """
-    check_int(n_steps, "n_steps", minimum=1)
-    check_int(chunk_size, "chunk_size", minimum=1)
-    if xs is not None:
-        lengths = {np.shape(x)[0] for x in jax.tree_util.tree_leaves(xs)}
-        if lengths != {n_steps}:
-            raise ValueError(
-                f"run_chunked: `xs` leading axes {sorted(lengths)} != n_steps={n_steps}."
-            )
-
+    _check_run(n_steps, chunk_size, xs, "run_chunked")
     chunk = _compiled_chunk(step, vmap, donate)
     if donate:  # the chunk donates its state: never the caller's arrays, a private copy of them
         state = jax.tree_util.tree_map(lambda a: a.copy() if isinstance(a, jax.Array) else a, state)
@@ -218,8 +220,7 @@ def precompile_chunked(
     in another thread. The later ``run_chunked`` then only traces (the compiled executables are
     cached by jax). Runs nothing.
     """
-    check_int(n_steps, "n_steps", minimum=1)
-    check_int(chunk_size, "chunk_size", minimum=1)
+    _check_run(n_steps, chunk_size, xs, "precompile_chunked")
     chunk = _compiled_chunk(step, vmap, donate)
     for k in sorted({min(chunk_size, n_steps), n_steps % chunk_size or chunk_size}):
         chunk.lower(state, k, None if xs is None else _slice(xs, 0, k)).compile()
