@@ -309,8 +309,14 @@ class KVCache(NamedTuple):
     marks its padding slots ``False`` in ``mask`` and sets ``position`` per example.
 
     Fields:
-      k: ``[L, B, S, H, D_head]`` keys (after RoPE, before ``smear_keys``) of the ``S`` slots.
-      v: ``[L, B, S, H, D_head]`` values.
+      k: a tuple of ``L`` arrays ``[B, H, D_head, S]``, each layer's keys (after RoPE, before
+        ``smear_keys``) of the ``S`` slots, slot axis last.
+      v: a tuple of ``L`` arrays ``[B, H, S, D_head]``, each layer's values.
+
+    One buffer per layer, in the layouts XLA's CPU dots read in place: a cache step writes and
+    reads only its own layer's slots. With one stacked ``[L, B, S, H, D]`` array per side each
+    decode step transposed every layer's whole cache (measured on 2 CPU cores, 16 sequences x 268
+    slots x 4 heads x 16: 0.50 ms per layer-step against 0.14 ms in these layouts).
       mask: ``[B, S]`` bool, True where a slot holds a real (non-padding) token.
       index: ``[]`` int32, number of slots filled so far (the next write starts here).
       position: ``[B]`` int32, the position id the next token of each example gets by default.
@@ -332,10 +338,11 @@ class KVCache(NamedTuple):
         dtype: Any = jnp.float32,
     ) -> KVCache:
         """An empty cache of ``max_len`` slots (zeros, ``mask`` all False, ``index = 0``)."""
-        shape = (num_layers, batch_size, max_len, num_heads, d_head)
+        k_shape = (batch_size, num_heads, d_head, max_len)
+        v_shape = (batch_size, num_heads, max_len, d_head)
         return KVCache(
-            k=jnp.zeros(shape, dtype),
-            v=jnp.zeros(shape, dtype),
+            k=tuple(jnp.zeros(k_shape, dtype) for _ in range(num_layers)),
+            v=tuple(jnp.zeros(v_shape, dtype) for _ in range(num_layers)),
             mask=jnp.zeros((batch_size, max_len), bool),
             index=jnp.zeros((), jnp.int32),
             position=jnp.zeros((batch_size,), jnp.int32),
@@ -390,11 +397,10 @@ class HeadProjection(nn.Module):
 
 
 class LayerCache(NamedTuple):
-    """What one attention layer needs from a :class:`KVCache` (stacked arrays plus its layer)."""
+    """What one attention layer needs from a :class:`KVCache`: its buffers and the fill index."""
 
-    k: jax.Array  # [L, B, S, H, D]
-    v: jax.Array  # [L, B, S, H, D]
-    layer: int
+    k: jax.Array  # [B, H, D, S]
+    v: jax.Array  # [B, H, S, D]
     index: jax.Array  # [] int32
 
 
@@ -416,6 +422,22 @@ def smeared_keys(keys: jax.Array, key_mask: jax.Array | None, logits: jax.Array)
     return (1.0 - alpha) * keys + alpha * prev
 
 
+def _smear_scores(scores: jax.Array, key_mask: jax.Array | None, logits: jax.Array) -> jax.Array:
+    """Attention scores against :func:`smeared_keys`, from the scores against the raw keys.
+
+    Smearing is linear in the keys, so ``q . k~_s = (1 - a_h) q . k_s + a_h q . k_{s-1}``: a shift
+    of the ``[B, H, T, S]`` scores along ``S`` replaces a pass over the ``[B, S, H, D]`` keys (in a
+    cached decode step that pass over the whole cache dominated the step's time).
+    """
+    alpha = jax.nn.sigmoid(logits).astype(scores.dtype)[None, :, None, None]
+    prev = jnp.pad(scores, ((0, 0), (0, 0), (0, 0), (1, 0)))[..., :-1]
+    has_prev = (jnp.arange(scores.shape[-1]) > 0)[None, :]
+    if key_mask is not None:
+        has_prev = has_prev & jnp.pad(key_mask, ((0, 0), (1, 0)))[:, :-1]
+    prev = jnp.where(has_prev[:, None, None, :], prev, 0.0)
+    return (1.0 - alpha) * scores + alpha * prev
+
+
 class SelfAttention(nn.Module):
     """Multi-head self-attention with per-head access (the attention of :class:`Transformer`).
 
@@ -429,7 +451,8 @@ class SelfAttention(nn.Module):
 
     Returns:
       ``(out [B, T, d_model], probs [B, H, T, S] | None, heads | None, (k, v) | None)`` where
-      ``(k, v)`` are the stacked cache arrays with this layer's new keys/values written.
+      ``(k, v)`` are this layer's cache buffers ``[B, S, H, D_head]`` with the new keys/values
+      written.
     """
 
     num_heads: int
@@ -472,15 +495,18 @@ class SelfAttention(nn.Module):
         if cache is None:
             keys, values, new_kv = k, v, None
             q_idx = jnp.arange(t)
-        else:
-            start = (cache.layer, 0, cache.index, 0, 0)
-            all_k = jax.lax.dynamic_update_slice(cache.k, k[None].astype(cache.k.dtype), start)
-            all_v = jax.lax.dynamic_update_slice(cache.v, v[None].astype(cache.v.dtype), start)
-            keys, values, new_kv = all_k[cache.layer], all_v[cache.layer], (all_k, all_v)
+            score_eq, out_eq = "bthd,bshd->bhts", "bhts,bshd->bthd"
+        else:  # cache layouts: keys [B, H, D, S], values [B, H, S, D] (see KVCache)
+            z = jnp.zeros((), jnp.int32)
+            k_new = jnp.transpose(k, (0, 2, 3, 1)).astype(cache.k.dtype)
+            v_new = jnp.transpose(v, (0, 2, 1, 3)).astype(cache.v.dtype)
+            keys = jax.lax.dynamic_update_slice(cache.k, k_new, (z, z, z, cache.index))
+            values = jax.lax.dynamic_update_slice(cache.v, v_new, (z, z, cache.index, z))
+            new_kv = (keys, values)
             q_idx = cache.index + jnp.arange(t)
-        if self.smear_keys:
-            keys = smeared_keys(keys, key_mask, self.param("smear", nn.initializers.zeros, (h,)))
-        s = keys.shape[1]
+            score_eq, out_eq = "bthd,bhds->bhts", "bhts,bhsd->bthd"
+        smear = self.param("smear", nn.initializers.zeros, (h,)) if self.smear_keys else None
+        s = values.shape[1] if cache is None else values.shape[2]
         k_idx = jnp.arange(s)
         if self.causal:
             allowed = k_idx[None, :] <= q_idx[:, None]  # [T, S]
@@ -490,12 +516,14 @@ class SelfAttention(nn.Module):
         if key_mask is not None:
             allowed = allowed & key_mask[:, None, None, :]
 
-        scores = jnp.einsum("bthd,bshd->bhts", q * (dh**-0.5), keys)
+        scores = jnp.einsum(score_eq, q * (dh**-0.5), keys)
+        if smear is not None:  # = the scores against smeared_keys(keys, key_mask, smear)
+            scores = _smear_scores(scores, key_mask, smear)
         if uniform_heads is not None:  # Wu et al. knockout: uniform attention over allowed keys
             scores = jnp.where(uniform_heads[None, :, None, None], 0.0, scores)
         scores = jnp.where(allowed, scores, jnp.finfo(scores.dtype).min)
         probs = jax.nn.softmax(scores, axis=-1)
-        o = jnp.einsum("bhts,bshd->bthd", probs, values)  # [B, T, H, D]
+        o = jnp.einsum(out_eq, probs, values)  # [B, T, H, D]
 
         out_proj = HeadProjection(
             self.d_model, use_bias=self.use_bias, init_scheme=self.init_scheme, name="out"
@@ -798,13 +826,22 @@ class Transformer(nn.Module):
                 f"Transformer: `cond` must be [B, T, d_cond] = {(b, t, self.d_cond)}, got {got}."
             )
         if cache is not None:
-            s = cache.k.shape[2] if cache.k.ndim == 5 else -1
-            want = (self.num_layers, b, s, self.num_heads, self.d_head)
-            if cache.k.shape != want or cache.v.shape != want or cache.mask.shape != (b, s):
+            ks, vs = tuple(cache.k), tuple(cache.v)
+            got = [tuple(a.shape) for a in ks + vs]
+            s = got[0][-1] if got and len(got[0]) == 4 else -1
+            want_k = (b, self.num_heads, self.d_head, s)
+            want_v = (b, self.num_heads, s, self.d_head)
+            shapes_ok = (
+                len(ks) == len(vs) == self.num_layers
+                and all(tuple(a.shape) == want_k for a in ks)
+                and all(tuple(a.shape) == want_v for a in vs)
+            )
+            if not shapes_ok or cache.mask.shape != (b, s):
                 raise ValueError(
-                    f"Transformer: `cache` must hold k/v of shape [L, B, S, H, D_head] = "
-                    f"{(self.num_layers, b, 'S', self.num_heads, self.d_head)}, got "
-                    f"{cache.k.shape}; build it with `model.init_cache(batch_size, max_len)`."
+                    f"Transformer: `cache` must hold {self.num_layers} key arrays [B, H, D_head, "
+                    f"S] = {(b, self.num_heads, self.d_head, 'S')} and as many value arrays "
+                    f"[B, H, S, D_head], got {got}; build it with "
+                    "`model.init_cache(batch_size, max_len)`."
                 )
             if t > s:
                 raise ValueError(f"Transformer: {t} tokens do not fit a `cache` of {s} slots.")
@@ -927,7 +964,7 @@ class Transformer(nn.Module):
         if cache is not None:
             new_mask = jnp.ones((b, t), bool) if mask is None else mask
             key_mask = jax.lax.dynamic_update_slice(cache.mask, new_mask, (0, cache.index))
-            cache_k, cache_v = cache.k, cache.v
+            cache_k, cache_v = list(cache.k), list(cache.v)
 
         probs_all, heads_all = [], []
         for layer in range(self.num_layers):
@@ -949,7 +986,7 @@ class Transformer(nn.Module):
             )
             layer_cache = None
             if cache is not None:
-                layer_cache = LayerCache(cache_k, cache_v, layer, cache.index)
+                layer_cache = LayerCache(cache_k[layer], cache_v[layer], cache.index)
             x, probs, heads, new_kv = block(
                 x,
                 positions,
@@ -963,7 +1000,7 @@ class Transformer(nn.Module):
                 deterministic=deterministic,
             )
             if cache is not None:
-                cache_k, cache_v = new_kv
+                cache_k[layer], cache_v[layer] = new_kv
             probs_all.append(probs)
             heads_all.append(heads)
 
@@ -991,8 +1028,8 @@ class Transformer(nn.Module):
         new_cache = None
         if cache is not None:
             new_cache = KVCache(
-                k=cache_k,
-                v=cache_v,
+                k=tuple(cache_k),
+                v=tuple(cache_v),
                 mask=key_mask,
                 index=cache.index + t,
                 position=jnp.floor(positions[:, -1]).astype(jnp.int32) + 1,
