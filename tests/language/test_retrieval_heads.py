@@ -88,18 +88,22 @@ def test_rouge_filter_and_all_failed_is_nan():
 
 
 def _reference(model, params, prompt, n_steps):
-    """Greedy decode by full forwards (no cache) and each head's argmax in the emitting row."""
-    seq = np.asarray(prompt)
+    """Greedy decode by full forwards (no cache) and each head's argmax in the emitting row.
+
+    The sequence is right-padded to its final length, so one jitted forward serves every step
+    (causal attention: the padding after the emitting position changes nothing before it)."""
+    b, p = prompt.shape
+    seq = np.concatenate([np.asarray(prompt), np.full((b, n_steps), D.PAD)], 1)
+    forward = jax.jit(lambda x: model.apply(params, x, mask=x != D.PAD, return_attention=True))
     tops, toks = [], []
-    for _ in range(n_steps):
-        logits, aux = model.apply(
-            params, jnp.asarray(seq), mask=jnp.asarray(seq != D.PAD), return_attention=True
-        )
-        row = np.asarray(aux.attention)[:, :, :, -1, :]  # [L, B, H, S]: the emitting position
+    for s in range(n_steps):
+        logits, aux = forward(jnp.asarray(seq))
+        at = p - 1 + s  # the emitting position
+        row = np.asarray(aux.attention)[:, :, :, at, :]  # [L, B, H, S]
         tops.append(row.argmax(-1).transpose(1, 0, 2))
-        nxt = np.asarray(logits)[:, -1].argmax(-1)
+        nxt = np.asarray(logits)[:, at].argmax(-1)
         toks.append(nxt)
-        seq = np.concatenate([seq, nxt[:, None]], 1)
+        seq[:, at + 1] = nxt
     return np.stack(toks, 1), np.stack(tops, 1)
 
 
