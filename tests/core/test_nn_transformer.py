@@ -15,7 +15,7 @@ import pytest
 from scipy.special import erf
 
 from jaxlab.core import sharding
-from jaxlab.core.nn import Transformer, generate, rope, sinusoidal_embedding
+from jaxlab.core.nn import Transformer, generate, rope, sinusoidal_embedding, smeared_keys
 from tests.helpers import count_compilations
 
 VOCAB, D, L, H, T, B = 13, 16, 2, 2, 6, 4
@@ -358,6 +358,8 @@ def test_smeared_keys_match_a_numpy_reference_and_the_cache():
     prev = np.concatenate([np.zeros_like(k[:, :1]), k[:, :-1]], 1)
     prev = prev * np.concatenate([np.zeros((B, 1), bool), mask[:, :-1]], 1)[:, :, None, None]
     ks = (1 - a) * k + a * prev
+    got = smeared_keys(k.astype(np.float32), mask, logits[0].astype(np.float32))
+    np.testing.assert_allclose(got, ks, atol=1e-5)  # the definition itself
     sc = np.einsum("bthe,bshe->bhts", q, ks) / np.sqrt(DH)
     ok = np.tril(np.ones((T, T), bool))[None, None] & mask[:, None, None, :]
     sc = np.where(ok, sc, -1e30)  # padded query rows (compared from slot 2 on) stay finite
