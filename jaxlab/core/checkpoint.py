@@ -1,8 +1,10 @@
 """Saving and restoring training-state pytrees with orbax-checkpoint.
 
-Two entry points:
+Entry points:
 
-- :func:`save_pytree` / :func:`restore_pytree`: one pytree to one directory (a trained model).
+- :func:`save_pytree` / :func:`restore_pytree`: one pytree to one directory (a trained model);
+- :func:`cache_path` / :func:`load_or_build`: a trained pytree cached on disk under a hash of
+  whatever determines it (configs, seed), built once and restored after (pretrained bases);
 - :class:`Checkpointer`: numbered, periodic checkpoints of a running loop in one directory, used by
   :func:`jaxlab.core.training.run_chunked` to resume an interrupted run from its last checkpoint.
 
@@ -14,7 +16,10 @@ implementation, so states holding either kind of key round-trip exactly.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,14 @@ from jaxlab.core.checks import check_int, check_scalar
 
 PyTree = Any
 
-__all__ = ["Checkpointer", "restore_pytree", "save_pytree"]
+__all__ = [
+    "Checkpointer",
+    "cache_path",
+    "default_cache_dir",
+    "load_or_build",
+    "restore_pytree",
+    "save_pytree",
+]
 
 
 def _is_typed_key(x) -> bool:
@@ -115,6 +127,35 @@ def restore_pytree(path: str | Path, like: PyTree) -> PyTree:
                 f"restore_pytree: `like` does not match the checkpoint at {path}: {e}"
             ) from None
     return _rewrap_keys(restored, like)
+
+
+def default_cache_dir(namespace: str) -> Path:
+    """``$JAXLAB_CACHE_DIR/<namespace>``, else ``~/.cache/jaxlab/<namespace>``."""
+    root = os.environ.get("JAXLAB_CACHE_DIR") or Path.home() / ".cache" / "jaxlab"
+    return Path(root) / namespace
+
+
+def cache_path(root: str | Path, prefix: str, key: Any) -> Path:
+    """``root / f"{prefix}-{digest}"``: the digest is 16 hex digits of the sha256 of
+    ``repr(key)``, so ``key`` should be a tuple of frozen dataclasses, strings and numbers whose
+    ``repr`` names every field that changes the result (put a version string in it)."""
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+    return Path(root) / f"{prefix}-{digest}"
+
+
+def load_or_build(
+    path: str | Path | None, like: PyTree, build: Callable[[], tuple[PyTree, Any]]
+) -> tuple[PyTree, Any, bool]:
+    """Restore the pytree cached at ``path`` (shaped like ``like``), or ``build()`` it and save it
+    there. ``build() -> (tree, info)``; ``path=None`` builds without a cache. Returns ``(tree,
+    info, cached)`` with ``info`` ``None`` when restored."""
+    if path is not None and (Path(path) / "_CHECKPOINT_METADATA").exists():
+        return restore_pytree(path, like), None, True
+    tree, info = build()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        save_pytree(path, tree)
+    return tree, info, False
 
 
 class Checkpointer:

@@ -413,6 +413,23 @@ def _has_previous(n_slots: int, key_mask: jax.Array | None) -> jax.Array:
     return has_prev
 
 
+def _smear(x: jax.Array, key_mask, logits, slot_axis: int, head_axis: int) -> jax.Array:
+    """``(1 - a_h) x_s + a_h x_{s-1}`` along ``slot_axis`` (a zero previous entry where slot
+    ``s - 1`` is absent or padding); ``a_h = sigmoid(logits_h)`` broadcast along ``head_axis``.
+    ``x`` has a batch axis 0 (``key_mask [B, S]``)."""
+    shape = [1] * x.ndim
+    shape[head_axis] = -1
+    alpha = jax.nn.sigmoid(logits).astype(x.dtype).reshape(shape)
+    pad = [(0, 0)] * x.ndim
+    pad[slot_axis] = (1, 0)
+    prev = jax.lax.slice_in_dim(jnp.pad(x, pad), 0, x.shape[slot_axis], axis=slot_axis)
+    has_prev = _has_previous(x.shape[slot_axis], key_mask)  # [B or 1, S]
+    mask_shape = [1] * x.ndim
+    mask_shape[0], mask_shape[slot_axis] = has_prev.shape
+    prev = jnp.where(has_prev.reshape(mask_shape), prev, 0.0)
+    return (1.0 - alpha) * x + alpha * prev
+
+
 def smeared_keys(keys: jax.Array, key_mask: jax.Array | None, logits: jax.Array) -> jax.Array:
     """Smeared keys (Olsson et al. 2022): ``k~_s = (1 - a_h) k_s + a_h k_{s-1}``, ``a_h =
     sigmoid(logits_h)``.
@@ -422,29 +439,24 @@ def smeared_keys(keys: jax.Array, key_mask: jax.Array | None, logits: jax.Array)
     then carries its previous token, so one head can attend to "the token after a match" (an
     induction / associative-recall lookup) without a separate previous-token head.
 
-    :class:`SelfAttention` applies the same smearing to its scores (:func:`_smear_scores`), which
-    is equal and cheaper; this function is the definition, for users and tests.
+    :class:`SelfAttention` smears whichever is smaller: the keys for a block of many queries
+    (training, prefill), the ``[B, H, T, S]`` scores for a few (a decode step; smearing is linear
+    in the keys, so the scores against smeared keys are the same shift of the scores against the
+    raw keys, see :func:`_smear_scores`).
     """
-    alpha = jax.nn.sigmoid(logits).astype(keys.dtype)[None, None, :, None]
-    prev = jnp.pad(keys, ((0, 0), (1, 0), (0, 0), (0, 0)))[:, :-1]
-    has_prev = _has_previous(keys.shape[1], key_mask)
-    prev = jnp.where(has_prev[:, :, None, None], prev, 0.0)
-    return (1.0 - alpha) * keys + alpha * prev
+    return _smear(keys, key_mask, logits, slot_axis=1, head_axis=2)
 
 
 def _smear_scores(scores: jax.Array, key_mask: jax.Array | None, logits: jax.Array) -> jax.Array:
-    """Attention scores against :func:`smeared_keys`, from the scores against the raw keys.
-
-    Smearing is linear in the keys, so ``q . k~_s = (1 - a_h) q . k_s + a_h q . k_{s-1}``: a shift
-    of the ``[B, H, T, S]`` scores along ``S`` replaces a pass over the ``[B, S, H, D]`` keys, a
-    pass over the whole cache in a decode step (measured: a step of 16 sequences x 268 slots went
-    from 2.05 to 1.90 ms; the cache layout, see :class:`KVCache`, was the larger cost).
-    """
-    alpha = jax.nn.sigmoid(logits).astype(scores.dtype)[None, :, None, None]
-    prev = jnp.pad(scores, ((0, 0), (0, 0), (0, 0), (1, 0)))[..., :-1]
-    has_prev = _has_previous(scores.shape[-1], key_mask)
-    prev = jnp.where(has_prev[:, None, None, :], prev, 0.0)
-    return (1.0 - alpha) * scores + alpha * prev
+    """Attention scores against :func:`smeared_keys`, from the scores against the raw keys:
+    ``q . k~_s = (1 - a_h) q . k_s + a_h q . k_{s-1}``, a shift of the ``[B, H, T, S]`` scores
+    along ``S``. For ``T`` queries against ``S`` slots this touches ``T S`` entries per head, the
+    keys ``D S``: used when ``T < D_head`` (a decode step no longer passes over the whole cache;
+    measured: a step of 16 sequences x 268 slots 2.05 -> 1.90 ms; the cache layout, see
+    :class:`KVCache`, was the larger cost). For ``T = S = 256`` it is 16x the work of smearing
+    the keys: smearing the keys there took a retrieval-heads fine-tuning step (16 x 256 tokens,
+    4 layers) from 294 to 280 ms."""
+    return _smear(scores, key_mask, logits, slot_axis=3, head_axis=1)
 
 
 class SelfAttention(nn.Module):
@@ -515,6 +527,10 @@ class SelfAttention(nn.Module):
             score_eq, out_eq = "bthd,bhds->bhts", "bhts,bhsd->bthd"
         smear = self.param("smear", nn.initializers.zeros, (h,)) if self.smear_keys else None
         s = values.shape[-2 if cache is not None else 1]  # number of key slots
+        smear_scores = smear is not None and t < dh  # the cheaper side (see _smear_scores)
+        if smear is not None and not smear_scores:
+            slot_axis, head_axis = (3, 1) if cache is not None else (1, 2)
+            keys = _smear(keys, key_mask, smear, slot_axis, head_axis)
         k_idx = jnp.arange(s)
         if self.causal:
             allowed = k_idx[None, :] <= q_idx[:, None]  # [T, S]
@@ -525,7 +541,7 @@ class SelfAttention(nn.Module):
             allowed = allowed & key_mask[:, None, None, :]
 
         scores = jnp.einsum(score_eq, q * (dh**-0.5), keys)
-        if smear is not None:  # = the scores against smeared_keys(keys, key_mask, smear)
+        if smear_scores:  # = the scores against smeared_keys(keys, key_mask, smear)
             scores = _smear_scores(scores, key_mask, smear)
         if uniform_heads is not None:  # Wu et al. knockout: uniform attention over allowed keys
             scores = jnp.where(uniform_heads[None, :, None, None], 0.0, scores)

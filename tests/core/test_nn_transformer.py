@@ -336,6 +336,11 @@ def _smear_step(params, tokens, cache):
     return SMEAR.apply(params, tokens, cache=cache)
 
 
+@jax.jit
+def _smear_long(params, tokens, cache):
+    return SMEAR.apply(params, tokens, cache=cache)
+
+
 def test_smeared_keys_match_a_numpy_reference_and_the_cache():
     tokens, params = setup()
     sp, logits = smear_setup()
@@ -377,6 +382,16 @@ def test_smeared_keys_match_a_numpy_reference_and_the_cache():
         step, saux = to_np(_smear_step(sp, tokens[:, t : t + 1], cache))
         cache = saux.cache
         np.testing.assert_allclose(step[:, 0], full[:, t], atol=1e-5)
+    # >= D_head queries at once smear the keys, fewer the scores: the same numbers either way
+    long = np.concatenate([tokens, tokens[:, ::-1]], 1)  # 2T = 12 >= DH = 8 queries
+    whole = np.asarray(jax.jit(SMEAR.apply)(sp, long))  # keys [B, S, H, D] smeared
+    cache = SMEAR.init_cache(B, 2 * T)
+    for t in range(2 * T):  # one query per step: scores smeared
+        step, saux = _smear_step(sp, long[:, t : t + 1], cache)
+        cache = saux.cache
+        np.testing.assert_allclose(np.asarray(step[:, 0]), whole[:, t], atol=1e-5)
+    np.testing.assert_allclose(np.asarray(_smear_long(sp, long, SMEAR.init_cache(B, 2 * T))[0]),
+                               whole, atol=1e-5)  # fmt: skip
 
 
 # ------------------------------------------------------------------------------------------------

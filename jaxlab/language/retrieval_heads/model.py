@@ -27,8 +27,6 @@ training config, seed).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -399,15 +397,13 @@ def base_cache_path(
     model_config: ModelConfig, world: D.World, config: TrainConfig, seed: int, cache_dir
 ) -> Path:
     """Where the base of (world, model, training config, seed) is cached under ``cache_dir``."""
-    text = repr((CACHE_VERSION, world, model_config, config, int(seed)))
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return Path(cache_dir) / f"base-{digest}"
+    key = (CACHE_VERSION, world, model_config, config, int(seed))
+    return checkpoint.cache_path(cache_dir, "base", key)
 
 
 def default_cache_dir() -> Path:
     """``$JAXLAB_CACHE_DIR/retrieval_heads`` or ``~/.cache/jaxlab/retrieval_heads``."""
-    root = os.environ.get("JAXLAB_CACHE_DIR") or Path.home() / ".cache" / "jaxlab"
-    return Path(root) / "retrieval_heads"
+    return checkpoint.default_cache_dir("retrieval_heads")
 
 
 def pretrain_base(
@@ -432,16 +428,11 @@ def pretrain_base(
     if cache_dir is not False:
         root = default_cache_dir() if cache_dir is None else Path(cache_dir)
         path = base_cache_path(model_config, world, config, seed, root)
-    if path is not None and (path / "_CHECKPOINT_METADATA").exists():
-        params = checkpoint.restore_pytree(path, trainer.init(key).train.params)
-        return params, {"cached": True, "loss": None, "path": str(path)}
-    state, metrics = trainer.run(trainer.init(key), desc=desc)
-    params = state.train.params
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        checkpoint.save_pytree(path, params)
-    return params, {
-        "cached": False,
-        "loss": metrics["loss"],
-        "path": None if path is None else str(path),
-    }
+
+    def build():
+        state, metrics = trainer.run(trainer.init(key), desc=desc)
+        return state.train.params, metrics["loss"]
+
+    like = jax.eval_shape(lambda: trainer.init(key).train.params)
+    params, loss, cached = checkpoint.load_or_build(path, like, build)
+    return params, {"cached": cached, "loss": loss, "path": None if path is None else str(path)}
