@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from jaxlab.core import sharding
-from jaxlab.core.checkpoint import Checkpointer, restore_pytree, save_pytree
+from jaxlab.core.checkpoint import (
+    Checkpointer,
+    cache_path,
+    default_cache_dir,
+    load_or_build,
+    restore_pytree,
+    save_pytree,
+)
 from jaxlab.core.training import run_chunked
 from tests.core.test_training import random_walk_step, walk_init
 
@@ -133,3 +140,25 @@ def test_checkpoint_from_a_longer_run_is_rejected(tmp_path):
         run_chunked(random_walk_step, walk_init(0), 12, chunk_size=4, checkpointer=ckpt)
     with Checkpointer(tmp_path / "run") as ckpt, pytest.raises(ValueError, match="past n_steps"):
         run_chunked(random_walk_step, walk_init(0), 8, chunk_size=4, checkpointer=ckpt)
+
+
+def test_load_or_build_builds_once_then_restores(tmp_path, monkeypatch):
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"w": np.arange(3.0, dtype=np.float32)}, "trained"
+
+    like = {"w": jax.ShapeDtypeStruct((3,), jnp.float32)}
+    path = cache_path(tmp_path, "base", ("v1", 3))
+    assert (
+        path == cache_path(tmp_path, "base", ("v1", 3)) != cache_path(tmp_path, "base", ("v1", 4))
+    )
+    a, info_a, cached_a = load_or_build(path, like, build)
+    b, info_b, cached_b = load_or_build(path, like, build)
+    assert (cached_a, cached_b, info_a, info_b, len(calls)) == (False, True, "trained", None, 1)
+    np.testing.assert_array_equal(np.asarray(b["w"]), a["w"])
+    load_or_build(None, like, build)  # no cache: always built
+    assert len(calls) == 2
+    monkeypatch.setenv("JAXLAB_CACHE_DIR", str(tmp_path))
+    assert default_cache_dir("m") == tmp_path / "m"
