@@ -439,10 +439,10 @@ def smeared_keys(keys: jax.Array, key_mask: jax.Array | None, logits: jax.Array)
     then carries its previous token, so one head can attend to "the token after a match" (an
     induction / associative-recall lookup) without a separate previous-token head.
 
-    :class:`SelfAttention` smears whichever is smaller: the keys for a block of many queries
-    (training, prefill), the ``[B, H, T, S]`` scores for a few (a decode step; smearing is linear
-    in the keys, so the scores against smeared keys are the same shift of the scores against the
-    raw keys, see :func:`_smear_scores`).
+    :class:`SelfAttention` smears the keys without a cache (training, full forwards) and the
+    ``[B, H, T, S]`` scores with one (prefill and decode: smearing is linear in the keys, so the
+    scores against smeared keys are the same shift of the scores against the raw keys, see
+    :func:`_smear_scores`; the cache stores raw keys).
     """
     return _smear(keys, key_mask, logits, slot_axis=1, head_axis=2)
 
@@ -450,12 +450,11 @@ def smeared_keys(keys: jax.Array, key_mask: jax.Array | None, logits: jax.Array)
 def _smear_scores(scores: jax.Array, key_mask: jax.Array | None, logits: jax.Array) -> jax.Array:
     """Attention scores against :func:`smeared_keys`, from the scores against the raw keys:
     ``q . k~_s = (1 - a_h) q . k_s + a_h q . k_{s-1}``, a shift of the ``[B, H, T, S]`` scores
-    along ``S``. For ``T`` queries against ``S`` slots this touches ``T S`` entries per head, the
-    keys ``D S``: used when ``T < D_head`` (a decode step no longer passes over the whole cache;
-    measured: a step of 16 sequences x 268 slots 2.05 -> 1.90 ms; the cache layout, see
-    :class:`KVCache`, was the larger cost). For ``T = S = 256`` it is 16x the work of smearing
-    the keys: smearing the keys there took a retrieval-heads fine-tuning step (16 x 256 tokens,
-    4 layers) from 294 to 280 ms."""
+    along ``S``. Used with a cache: a decode step then never passes over the whole cache (a step
+    of 16 sequences x 268 slots 2.05 -> 1.90 ms; the cache layout, see :class:`KVCache`, was the
+    larger cost), and a prefill of 252 tokens was a few % faster than smearing the cache's keys.
+    Without a cache the keys are smeared (``T S`` against ``D S`` entries per head: a
+    retrieval-heads fine-tuning step of 16 x 256 tokens 294 -> 280 ms)."""
     return _smear(scores, key_mask, logits, slot_axis=3, head_axis=1)
 
 
@@ -527,10 +526,9 @@ class SelfAttention(nn.Module):
             score_eq, out_eq = "bthd,bhds->bhts", "bhts,bhsd->bthd"
         smear = self.param("smear", nn.initializers.zeros, (h,)) if self.smear_keys else None
         s = values.shape[-2 if cache is not None else 1]  # number of key slots
-        smear_scores = smear is not None and t < dh  # the cheaper side (see _smear_scores)
-        if smear is not None and not smear_scores:
-            slot_axis, head_axis = (3, 1) if cache is not None else (1, 2)
-            keys = _smear(keys, key_mask, smear, slot_axis, head_axis)
+        smear_scores = smear is not None and cache is not None  # the cheaper side, measured
+        if smear is not None and cache is None:
+            keys = smeared_keys(keys, key_mask, smear)
         k_idx = jnp.arange(s)
         if self.causal:
             allowed = k_idx[None, :] <= q_idx[:, None]  # [T, S]
