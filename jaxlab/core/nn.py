@@ -261,7 +261,7 @@ def rope(
       scale: the position-interpolation factor (> 0).
 
     Returns:
-      ``[B, T, H, D]``, same dtype as ``x``.
+      ``[B, T, H, D]``, same dtype as ``x`` (computed in float32, or float64 for float64 ``x``).
     """
     if x.ndim != 4:
         raise ValueError(f"rope: `x` must be [B, T, H, D], got shape {x.shape}.")
@@ -277,10 +277,11 @@ def rope(
         )
     check_scalar(scale, "scale", 0.0, low_open=True)
     check_scalar(base, "base", 0.0, low_open=True)
-    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)  # [D/2]
-    angles = (positions.astype(jnp.float32) * scale)[:, :, None] * inv_freq[None, None, :]
+    ct = jnp.promote_types(x.dtype, jnp.float32)  # at least float32 (float64 stays float64)
+    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=ct) / d)  # [D/2]
+    angles = (positions.astype(ct) * scale)[:, :, None] * inv_freq[None, None, :]
     cos, sin = jnp.cos(angles)[:, :, None, :], jnp.sin(angles)[:, :, None, :]  # [B, T, 1, D/2]
-    x1, x2 = x[..., : d // 2].astype(jnp.float32), x[..., d // 2 :].astype(jnp.float32)
+    x1, x2 = x[..., : d // 2].astype(ct), x[..., d // 2 :].astype(ct)
     out = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
     return out.astype(x.dtype)
 

@@ -5,8 +5,7 @@ and the task of writing a formula that uses each card's number once and makes 24
 formula is postfix and the LM a :class:`jaxlab.core.nn.Transformer` trained from scratch; the
 study (pretraining, SFT-init, then SFT or PPO at matched FLOPs) is issue 28.
 
-Modules (built so far: the environment and the supervised stages; PPO, FLOPs and the experiment
-are still to come, see the issue):
+Modules (the experiment and the benchmark are still to come, see the issue):
 
 - :mod:`~jaxlab.language.general_points.cards`: the rules, one exact table of all 7,680 postfix
   formulas of every hand (solvability, solutions for any target, the +1 prefix check), the
@@ -18,7 +17,12 @@ are still to come, see the issue):
 - :mod:`~jaxlab.language.general_points.data`: keyed generators of the pretraining (P1 rule
   translation, P2 arithmetic, never the GP tag or target 24) and SFT sequences;
 - :mod:`~jaxlab.language.general_points.model`: the policy (LM and value MLP), response-only
-  cross-entropy, the supervised trainer (method contract) and cached pretraining.
+  cross-entropy, the supervised trainer (method contract) and cached pretraining;
+- :mod:`~jaxlab.language.general_points.ppo`: the jitted rollout (KV-cache sampling, attempts
+  with feedback, the verifier inside), GAE over attempts and the official PPO update;
+- :mod:`~jaxlab.language.general_points.evaluate`: greedy evaluation on fixed hands (success,
+  format validity, the rule-reading probe) and the face-number probability probe;
+- :mod:`~jaxlab.language.general_points.flops`: ``6 N`` / ``2 N`` FLOPs per token.
 
 Example::
 
@@ -52,6 +56,13 @@ from jaxlab.language.general_points.cards import (
     solvable,
 )
 from jaxlab.language.general_points.data import Sequences, sample_gp, sample_p1, sample_p2
+from jaxlab.language.general_points.evaluate import evaluate, face_number_prob
+from jaxlab.language.general_points.flops import (
+    inference_flops,
+    matmul_params,
+    ppo_update_flops,
+    training_flops,
+)
 from jaxlab.language.general_points.model import (
     LMState,
     LMTrainConfig,
@@ -62,6 +73,16 @@ from jaxlab.language.general_points.model import (
     make_policy,
     pretrain,
     sequence_loss,
+)
+from jaxlab.language.general_points.ppo import (
+    PPO,
+    PPOConfig,
+    PPOState,
+    Rollout,
+    evaluate_actions,
+    gae,
+    make_ppo,
+    rollout,
 )
 from jaxlab.language.general_points.tokens import GP_PROMPT_LEN, RESPONSE_LEN, VOCAB_SIZE
 from jaxlab.language.general_points.verifier import (
@@ -81,17 +102,30 @@ __all__ = [
     "LMState",
     "LMTrainConfig",
     "LMTrainer",
+    "PPO",
+    "PPOConfig",
+    "PPOState",
+    "Rollout",
     "ModelConfig",
     "Policy",
     "Sequences",
     "Verdict",
     "card_numbers",
     "device_tables",
+    "evaluate",
+    "evaluate_actions",
+    "face_number_prob",
     "formula_table",
+    "gae",
     "id_split",
+    "inference_flops",
     "make_lm_trainer",
     "make_policy",
+    "make_ppo",
+    "matmul_params",
+    "ppo_update_flops",
     "pretrain",
+    "rollout",
     "sample_gp",
     "sample_id_hands",
     "sample_ood_hands",
@@ -100,6 +134,7 @@ __all__ = [
     "sequence_loss",
     "solutions",
     "solvable",
+    "training_flops",
     "verify",
     "verify_reference",
 ]
