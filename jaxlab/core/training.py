@@ -51,6 +51,7 @@ __all__ = [
     "minibatch_epochs",
     "precompile_chunked",
     "progress_bar",
+    "chunked_runner",
     "run_chunked",
     "scan_steps",
 ]
@@ -260,6 +261,36 @@ def progress_bar(
                 bar.set_postfix({metric: f"{float(np.mean(metrics[metric][-1])):.4g}"})
 
         yield update
+
+
+def chunked_runner(
+    step: Step, default_steps: int, chunk_size: int, metric: str | None = "loss"
+) -> tuple[Callable, Callable]:
+    """``(run, precompile)`` of a trainer whose ``step(state, x=None)`` draws its own batches:
+
+    - ``run(state, n_steps=None, desc="", vmap=False) -> (state, metrics [n_steps])``:
+      :func:`run_chunked` in chunks of ``min(chunk_size, n_steps)`` with a :func:`progress_bar`
+      showing ``metric`` (``n_steps=None``: ``default_steps``; ``vmap``: a leading seed axis);
+    - ``precompile(state, n_steps=None, vmap=False)``: compile what that ``run`` runs
+      (:func:`precompile_chunked`), from a template state, without running it.
+    """
+    check_int(default_steps, "default_steps", minimum=1)
+    check_int(chunk_size, "chunk_size", minimum=1)
+
+    def steps_and_chunk(n_steps):
+        n = default_steps if n_steps is None else check_int(n_steps, "n_steps", minimum=1)
+        return n, min(chunk_size, n)
+
+    def run(state, n_steps: int | None = None, desc: str = "", vmap: bool = False):
+        n, chunk = steps_and_chunk(n_steps)
+        with progress_bar(n, desc, metric=metric) as bar:
+            return run_chunked(step, state, n, chunk_size=chunk, vmap=vmap, on_chunk=bar)
+
+    def precompile(state, n_steps: int | None = None, vmap: bool = False) -> None:
+        n, chunk = steps_and_chunk(n_steps)
+        precompile_chunked(step, state, n, chunk_size=chunk, vmap=vmap)
+
+    return run, precompile
 
 
 # ---- optimisation ------------------------------------------------------------------------------

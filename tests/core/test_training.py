@@ -9,6 +9,7 @@ import pytest
 
 from jaxlab.core.training import (
     TrainState,
+    chunked_runner,
     fit,
     map_in_chunks,
     minibatch_epochs,
@@ -287,3 +288,16 @@ def test_precompile_chunked_leaves_nothing_to_compile_for_the_run():
         np.testing.assert_array_equal(m["x"], want)
     finally:
         jax.monitoring.clear_event_listeners()
+
+
+def test_chunked_runner_equals_one_scan_and_defaults():
+    run, precompile = chunked_runner(random_walk_step, 7, 3, metric="x")
+    precompile(walk_init(1))  # compiles the 3-step chunk and the 1-step remainder
+    final, metrics = run(walk_init(1))
+    ref_final, ref = scan_steps(random_walk_step, walk_init(1), 7)
+    np.testing.assert_allclose(metrics["x"], ref["x"], rtol=1e-6)
+    assert int(final["t"]) == 7
+    _, short = run(walk_init(1), n_steps=2)
+    np.testing.assert_allclose(short["x"], ref["x"][:2], rtol=1e-6)
+    with pytest.raises(ValueError, match="n_steps"):
+        run(walk_init(1), n_steps=0)

@@ -40,9 +40,9 @@ import jax.numpy as jnp
 import optax
 from flax import struct
 
-from jaxlab.core.checks import check_bool, check_choice, check_int, check_key, check_scalar
+from jaxlab.core.checks import check_choice, check_int, check_key, check_scalar
 from jaxlab.core.sharding import constrain_batch
-from jaxlab.core.training import TrainState, all_finite, progress_bar, run_chunked
+from jaxlab.core.training import TrainState, all_finite, chunked_runner
 from jaxlab.language.general_points import cards as C
 from jaxlab.language.general_points import tokens as T
 from jaxlab.language.general_points import verifier as V
@@ -371,7 +371,8 @@ class PPO(NamedTuple):
         of each kind), ``illegal`` (share of attempts with a broken layout), ``pg_loss``,
         ``value_loss``, ``clip_fraction``, ``ratio_max``, ``grad_norm``, ``tokens`` (non-pad
         generated + prompt tokens of the rollout), ``finite``.
-      run: ``run(state, n_updates=None, desc="", vmap=False) -> (state, metrics [n])``.
+      run: ``run(state, n_steps=None, desc="", vmap=False) -> (state, metrics [n])``, ``n_steps``
+        updates (default ``config.updates``), one compiled update.
       policy: the :class:`~jaxlab.language.general_points.model.Policy`.
       config: the :class:`PPOConfig`.
     """
@@ -460,10 +461,6 @@ def make_ppo(model_config: ModelConfig, config: PPOConfig, *, mesh=None) -> PPO:
         train = train.replace(step=state.train.step + 1)
         return state.replace(train=train), metrics
 
-    def run(state: PPOState, n_updates: int | None = None, desc: str = "", vmap: bool = False):
-        check_bool(vmap, "vmap")
-        n = config.updates if n_updates is None else check_int(n_updates, "n_updates", minimum=1)
-        with progress_bar(n, desc, metric="reward") as bar:
-            return run_chunked(step, state, n, chunk_size=1, vmap=vmap, on_chunk=bar)
+    run, _ = chunked_runner(step, config.updates, 1, "reward")
 
     return PPO(init, step, run, policy, config)

@@ -40,13 +40,7 @@ from jaxlab.core import checkpoint
 from jaxlab.core.checks import check_bool, check_choice, check_int, check_key, check_scalar
 from jaxlab.core.nn import Transformer
 from jaxlab.core.sharding import constrain_batch
-from jaxlab.core.training import (
-    TrainState,
-    all_finite,
-    precompile_chunked,
-    progress_bar,
-    run_chunked,
-)
+from jaxlab.core.training import TrainState, all_finite, chunked_runner
 from jaxlab.language.retrieval_heads import data as D
 
 __all__ = [
@@ -377,18 +371,7 @@ def make_trainer(
         metrics = {"loss": loss, "accuracy": acc, "finite": all_finite(loss, grads)}
         return state.replace(train=train), metrics
 
-    def steps_and_chunk(n_steps):
-        n = config.steps if n_steps is None else check_int(n_steps, "n_steps", minimum=1)
-        return n, min(config.chunk_size, n)
-
-    def run(state: TrainerState, n_steps: int | None = None, desc: str = "", vmap=False):
-        n, chunk = steps_and_chunk(n_steps)
-        with progress_bar(n, desc, metric="loss") as bar:
-            return run_chunked(step, state, n, chunk_size=chunk, vmap=vmap, on_chunk=bar)
-
-    def precompile(state: TrainerState, n_steps: int | None = None, vmap=False) -> None:
-        n, chunk = steps_and_chunk(n_steps)
-        precompile_chunked(step, state, n, chunk_size=chunk, vmap=vmap)
+    run, precompile = chunked_runner(step, config.steps, config.chunk_size, "loss")
 
     return Trainer(init, step, run, model, precompile)
 
