@@ -189,6 +189,34 @@ def formula_table() -> FormulaTable:
     return FormulaTable(ms.astype(np.int32), values, formula_slots(), canonical, index)
 
 
+PREFIX_LENGTHS = (4, 5, 6)  # the incomplete formulas that use all four cards
+_CODE_BASE = 9  # a slot prefix (slots 0..7) as one int32: sum_j (slot_j + 1) * 9^(6 - j)
+
+
+def prefix_code(slots, k: int):
+    """The code of the first ``k`` slots of ``slots [..., >= k]`` (NumPy or JAX ints)."""
+    xp = jnp if isinstance(slots, jax.Array) else np
+    w = xp.asarray(_CODE_BASE ** np.arange(6, -1, -1)[:k], dtype=xp.int32)
+    return xp.sum((slots[..., :k] + 1) * w, axis=-1)
+
+
+@functools.cache
+def solution_prefixes() -> np.ndarray:
+    """``[1820, K]`` int32: per multiset, the sorted distinct codes (:func:`prefix_code`) of the
+    4-, 5- and 6-slot prefixes of its canonical solutions of 24, padded with ``2^31 - 1``. The
+    verifier's +1 check is then a binary search (an incomplete formula with no penalty uses all
+    four cards, so its length is 4..6)."""
+    t = formula_table()
+    hits = (t.values == TARGET) & canonical_mask(t)
+    codes = np.stack([prefix_code(t.slots, k) for k in PREFIX_LENGTHS], axis=1)  # [7680, 3]
+    rows = [np.unique(codes[np.flatnonzero(h)]) for h in hits]
+    width = max(len(r) for r in rows)
+    out = np.full((len(rows), width), np.iinfo(np.int32).max, np.int32)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
+
+
 class DeviceTables(NamedTuple):
     """The formula table on device, for jitted code (pass it as an argument: as a closed-over
     constant its 14 MB would be embedded in every compiled program).
@@ -199,6 +227,7 @@ class DeviceTables(NamedTuple):
       slots: ``[7680, 7]`` int32, each formula's tokens as slots.
       canonical: ``[1820, 24]`` bool, the canonical card orders.
       multisets: ``[1820, 4]`` int32, the sorted hands.
+      prefixes: ``[1820, K]`` int32, :func:`solution_prefixes`.
     """
 
     index: jax.Array
@@ -206,6 +235,7 @@ class DeviceTables(NamedTuple):
     slots: jax.Array
     canonical: jax.Array
     multisets: jax.Array
+    prefixes: jax.Array
 
 
 @functools.cache
@@ -218,6 +248,7 @@ def device_tables() -> DeviceTables:
         jnp.asarray(t.slots),
         jnp.asarray(t.canonical),
         jnp.asarray(t.multisets),
+        jnp.asarray(solution_prefixes()),
     )
 
 

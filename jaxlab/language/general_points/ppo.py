@@ -373,6 +373,9 @@ class PPO(NamedTuple):
         generated + prompt tokens of the rollout), ``finite``.
       run: ``run(state, n_steps=None, desc="", vmap=False) -> (state, metrics [n])``, ``n_steps``
         updates (default ``config.updates``), one compiled update.
+      collect: ``collect(state) -> Rollout``, the rollout ``step`` plays (traceable).
+      update: ``update(train, rollout, key) -> (train, aux [epochs, minibatches])``, the update
+        ``step`` applies to it (traceable; the benchmark times the two apart).
       policy: the :class:`~jaxlab.language.general_points.model.Policy`.
       config: the :class:`PPOConfig`.
     """
@@ -380,6 +383,8 @@ class PPO(NamedTuple):
     init: Any
     step: Any
     run: Any
+    collect: Any
+    update: Any
     policy: Policy
     config: PPOConfig
 
@@ -415,15 +420,17 @@ def make_ppo(model_config: ModelConfig, config: PPOConfig, *, mesh=None) -> PPO:
         key = check_key(key, "key")
         return PPOState(TrainState.create(params, tx, key), C.device_tables())
 
-    def step(state: PPOState, x=None):
-        del x
-        k_hand, k_roll, k_perm = jax.random.split(state.train.step_key(), 3)
+    def collect(state: PPOState) -> Rollout:
+        """The rollout of update ``state.train.step`` (hands and samples from its key)."""
+        k_hand, k_roll, _ = jax.random.split(state.train.step_key(), 3)
         ranks = C._id_hands(k_hand, config.episodes, config.split, config.split_seed)
         ranks = constrain_batch(ranks, mesh)
-        params = state.train.params
-        ro = rollout(policy, jax.lax.stop_gradient(params), state.tables, ranks, face, k_roll,
-                     viter=config.viter, temperature=config.temperature,
-                     thought_coef=config.thought_coef)  # fmt: skip
+        params = jax.lax.stop_gradient(state.train.params)
+        kw = dict(temperature=config.temperature, thought_coef=config.thought_coef)
+        return rollout(policy, params, state.tables, ranks, face, k_roll, viter=config.viter, **kw)
+
+    def update(train: TrainState, ro: Rollout, key):
+        """GAE, normalised advantages, then ``epochs x minibatches`` Adam steps on ``ro``."""
         adv, ret = gae(ro.reward, ro.value, ro.valid, config.gamma, config.gae_lambda)
         adv = normalize(adv, ro.valid)
         data = Batch(ro.tokens, ro.response, ro.valid, ro.logp, ro.value, adv, ret)
@@ -439,10 +446,16 @@ def make_ppo(model_config: ModelConfig, config: PPOConfig, *, mesh=None) -> PPO:
             return train.apply_gradients(grads), aux
 
         def epoch(train, k):
-            perm = jax.random.permutation(k, config.episodes).reshape(config.minibatches, mb)
+            perm = jax.random.permutation(k, ro.tokens.shape[0]).reshape(config.minibatches, -1)
             return jax.lax.scan(minibatch, train, perm)
 
-        train, aux = jax.lax.scan(epoch, state.train, jax.random.split(k_perm, config.epochs))
+        return jax.lax.scan(epoch, train, jax.random.split(key, config.epochs))
+
+    def step(state: PPOState, x=None):
+        del x
+        ro = collect(state)
+        k_perm = jax.random.split(state.train.step_key(), 3)[2]
+        train, aux = update(state.train, ro, k_perm)
         n_valid = jnp.maximum(jnp.sum(ro.valid), 1)
         kinds = jnp.stack([jnp.sum(ro.kind == i) for i in range(len(V.KINDS))]) / n_valid
         metrics = {
@@ -463,4 +476,4 @@ def make_ppo(model_config: ModelConfig, config: PPOConfig, *, mesh=None) -> PPO:
 
     run, _ = chunked_runner(step, config.updates, 1, "reward")
 
-    return PPO(init, step, run, policy, config)
+    return PPO(init, step, run, collect, update, policy, config)

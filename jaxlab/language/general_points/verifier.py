@@ -17,7 +17,9 @@ four numbers (the cards under the episode's rule). Its reward, in the official o
 4. with no penalty so far: a complete formula (one value left on the stack) equal to 24 gives +5
    (the episode ends); another value -1; an incomplete formula (more than one value left) or a
    division by zero gives +1 if its tokens are a prefix of a stored solution of the hand (the
-   official partial solution), else -1.
+   official partial solution), else -1 (the JAX evaluator binary-searches the hand's solution
+   prefixes, :func:`~jaxlab.language.general_points.cards.solution_prefixes`; those are stored
+   for 24 only: for another ``target``, e.g. the P2 probe, an incomplete formula gets -1).
 
 A penalty is the sum of its terms (-3 and -2 terms add up). The attempt's *kind* is the first that
 applies of illegal (``-3``), numbers (``-2``), correct (``+5``), partial (``+1``), wrong (``-1``);
@@ -177,20 +179,24 @@ def _one(tables: C.DeviceTables, numbers, r, target):
         num_j, op_j, v, o = x
         apply = op_j & (depth >= 2)
         a_i, b_i = jnp.maximum(depth - 2, 0), jnp.maximum(depth - 1, 0)
-        an, ad, bn, bd = sn[a_i], sd[a_i], sn[b_i], sd[b_i]
+        slots = jnp.arange(sn.shape[0])  # one-hot reads and writes (no gathers / scatters)
+        at_a, at_b, at_top = slots == a_i, slots == b_i, slots == depth
+        an, ad = jnp.sum(jnp.where(at_a, sn, 0)), jnp.sum(jnp.where(at_a, sd, 0))
+        bn, bd = jnp.sum(jnp.where(at_b, sn, 0)), jnp.sum(jnp.where(at_b, sd, 0))
         rn = jnp.select([o == 0, o == 1, o == 2], [an * bd + bn * ad, an * bd - bn * ad, an * bn],
                         an * bd)  # fmt: skip
         rd = jnp.where(o == 3, ad * bn, ad * bd)
         div0 = div0 | (apply & (o == 3) & (bn == 0))
-        sn = jnp.where(num_j, sn.at[depth].set(v), jnp.where(apply, sn.at[a_i].set(rn), sn))
-        sd = jnp.where(num_j, sd.at[depth].set(1), jnp.where(apply, sd.at[a_i].set(rd), sd))
+        sn = jnp.where(num_j & at_top, v, jnp.where(apply & at_a, rn, sn))
+        sd = jnp.where(num_j & at_top, 1, jnp.where(apply & at_a, rd, sd))
         depth = depth + num_j.astype(jnp.int32) - apply.astype(jnp.int32)
         under = under + (op_j & ~apply).astype(jnp.int32)
         return (sn, sd, depth, under, div0), None
 
     zeros = jnp.zeros(n_form + 1, jnp.int32)
     init = (zeros, zeros + 1, jnp.int32(0), jnp.int32(0), jnp.bool_(False))
-    (sn, sd, depth, under, div0), _ = jax.lax.scan(push_pop, init, (is_num, is_op, value, op))
+    xs = (is_num, is_op, value, op)
+    (sn, sd, depth, under, div0), _ = jax.lax.scan(push_pop, init, xs, unroll=True)
     illegal = jnp.sum(in_f & ~is_num & ~is_op) + under
 
     vals = jnp.arange(1, T.MAX_NUMBER_TOKEN + 1)
@@ -207,13 +213,24 @@ def _one(tables: C.DeviceTables, numbers, r, target):
 
     complete = (depth == 1) & ~div0
     correct = complete & (sd[0] != 0) & (sn[0] == target * sd[0])
+    # +1 check: map the formula to card slots (the i-th use of a number takes its i-th copy in
+    # the sorted hand, the canonical order), then binary-search the hand's solution prefixes
     hand = jnp.sort(numbers)
-    row = tables.index[hand[0], hand[1], hand[2], hand[3]]
-    slots = tables.slots
-    sol_tok = jnp.where(slots < 4, T.number_token(hand[jnp.minimum(slots, 3)]),
-                        T.op_token(slots - 4))  # fmt: skip
-    prefix = jnp.all((sol_tok == f[None, :]) | ~in_f[None, :], axis=1)
-    partial = jnp.any(prefix & (tables.values[jnp.maximum(row, 0)] == target))
+    row = jnp.maximum(tables.index[hand[0], hand[1], hand[2], hand[3]], 0)
+    first = jnp.argmax(hand[None, :] == value[:, None], axis=1)  # first copy of each number
+    earlier = jnp.tril(jnp.ones((n_form, n_form), bool), -1)
+    repeat = jnp.sum(earlier & (value[None, :] == value[:, None]) & is_num[None, :], axis=1)
+    slot = jnp.where(is_num, jnp.minimum(first + repeat, 3), C._OP_CODE + jnp.maximum(op, 0))
+    weights = C._CODE_BASE ** jnp.arange(6, -1, -1)
+    code = jnp.sum(jnp.where(in_f, (slot + 1) * weights, 0))
+    width = tables.prefixes.shape[1]
+    lo, hi = jnp.int32(0), jnp.int32(width - 1)  # first index with prefixes[row, i] >= code
+    for _ in range(int(np.ceil(np.log2(width + 1)))):  # unrolled: scalar reads, not a row copy
+        mid = (lo + hi) // 2
+        below = tables.prefixes[row, mid] < code
+        lo, hi = jnp.where(below, mid + 1, lo), jnp.where(below, hi, mid)
+    found = tables.prefixes[row, jnp.minimum(lo, width - 1)] == code
+    partial = (target == C.TARGET) & (k >= 4) & (k <= 6) & found
 
     clean_kind = jnp.where(complete, jnp.where(correct, CORRECT, WRONG),
                            jnp.where(partial, PARTIAL, WRONG))  # fmt: skip
