@@ -56,9 +56,11 @@ __all__ = [
     "formula_table",
     "hand_index",
     "id_split",
+    "prefix_code",
     "sample_id_hands",
     "sample_ood_hands",
     "sample_solution",
+    "solution_prefixes",
     "solutions",
     "solvable",
 ]
