@@ -69,6 +69,9 @@ _GROUP_ALIASES = {  # test-file stem -> the method it belongs to (stems equal to
     "knn_search": "visual_memory",
     "llm_bp_bad_inputs": "llm_bp",
     "retrieval_heads_bad_inputs": "retrieval_heads",
+    "general_points_ppo": "general_points",
+    "general_points_bad_inputs": "general_points",
+    "general_points_rl": "general_points",
     "bp_inference": "llm_bp",
     "visual_memory_bad_inputs": "visual_memory",
 }

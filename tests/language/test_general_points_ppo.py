@@ -15,6 +15,7 @@ from jaxlab.language.general_points import ppo as P
 from jaxlab.language.general_points import tokens as T
 from jaxlab.language.general_points import verifier as V
 from jaxlab.language.general_points.model import ModelConfig, make_policy
+from tests.helpers import assert_compiles_once
 
 MC = ModelConfig(d_model=16, num_layers=2, num_heads=2, d_mlp=32, value_hidden=(8,))
 E, VITER, TAU = 8, 2, 0.7
@@ -159,3 +160,20 @@ def test_flop_counters():
     assert n == sum(kernels)  # every matmul weight, the embedding table excluded
     assert F.training_flops(MC, 10) == 60 * n and F.inference_flops(MC, 10) == 20 * n
     assert F.ppo_update_flops(MC, 10, 4) == (20 + 4 * 60) * n
+
+
+def test_ppo_step_sharded_equals_unsharded_and_traces_once(mesh):
+    policy, params, _ = setup()
+    cfg = P.PPOConfig(updates=2, episodes=16, viter=1, minibatches=4, epochs=1)
+    plain, sharded = P.make_ppo(MC, cfg), P.make_ppo(MC, cfg, mesh=mesh)
+    state = plain.init(jax.random.key(3), params)
+    step_a, step_b = jax.jit(plain.step), jax.jit(sharded.step)
+    a, ma = step_a(state)
+    b, mb = step_b(state)
+    for k in ("reward", "success", "pg_loss", "value_loss"):
+        np.testing.assert_allclose(float(ma[k]), float(mb[k]), rtol=1e-4, atol=1e-5)
+    for x, y in zip(jax.tree_util.tree_leaves(a.train.params),
+                    jax.tree_util.tree_leaves(b.train.params), strict=True):  # fmt: skip
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=1e-5)
+    assert bool(ma["finite"]) and int(a.train.step) == 1
+    assert_compiles_once(step_a, [(state,), (a,)], name="ppo.step")
