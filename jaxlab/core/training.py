@@ -46,12 +46,13 @@ ChunkCallback = Callable[[int, PyTree], None]
 __all__ = [
     "TrainState",
     "all_finite",
+    "chunked_runner",
     "fit",
     "map_in_chunks",
     "minibatch_epochs",
     "precompile_chunked",
+    "next_token_loss",
     "progress_bar",
-    "chunked_runner",
     "run_chunked",
     "scan_steps",
 ]
@@ -291,6 +292,22 @@ def chunked_runner(
         precompile_chunked(step, state, n, chunk_size=chunk, vmap=vmap)
 
     return run, precompile
+
+
+def next_token_loss(logits: jax.Array, tokens: jax.Array, weights: jax.Array, scored=None):
+    """Weighted next-token cross-entropy of a language model and its exact-match accuracy.
+
+    ``logits [B, T, V]`` of ``tokens [B, T]``; ``weights [B, T]`` weigh the *targets*
+    (``tokens[:, 1:]``, so ``weights[:, 0]`` is unused). Returns ``(sum(ce * w) / max(sum(w), 1),
+    accuracy)``, the accuracy the fraction of sequences whose every ``scored`` target (default:
+    ``weights > 0``) is the argmax (teacher-forced)."""
+    targets = tokens[:, 1:]
+    w = weights[:, 1:]
+    ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], targets)
+    loss = jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
+    scored = w > 0 if scored is None else scored[:, 1:]
+    right = (jnp.argmax(logits[:, :-1], -1) == targets) | ~scored
+    return loss, jnp.mean(jnp.all(right, axis=1).astype(jnp.float32))
 
 
 # ---- optimisation ------------------------------------------------------------------------------

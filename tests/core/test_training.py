@@ -13,6 +13,7 @@ from jaxlab.core.training import (
     fit,
     map_in_chunks,
     minibatch_epochs,
+    next_token_loss,
     precompile_chunked,
     progress_bar,
     run_chunked,
@@ -301,3 +302,23 @@ def test_chunked_runner_equals_one_scan_and_defaults():
     np.testing.assert_allclose(short["x"], ref["x"][:2], rtol=1e-6)
     with pytest.raises(ValueError, match="n_steps"):
         run(walk_init(1), n_steps=0)
+
+
+def test_next_token_loss_against_a_hand_computation():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(2, 4, 5)).astype(np.float32)
+    tokens = np.array([[0, 3, 1, 4], [2, 2, 0, 1]])
+    weights = np.array([[0, 1.0, 0.5, 0], [9, 0, 1, 1]], np.float32)  # column 0 is unused
+    logits[0, 0, 3] = logits[0, 1, 1] = 50.0  # row 0: both weighted targets are the argmax
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    ce = -np.take_along_axis(logp[:, :-1], tokens[:, 1:, None], -1)[..., 0]
+    want = (ce * weights[:, 1:]).sum() / weights[:, 1:].sum()
+    loss, acc = next_token_loss(jnp.asarray(logits), jnp.asarray(tokens), jnp.asarray(weights))
+    assert float(loss) == pytest.approx(want, rel=1e-5)
+    row1_right = all(logits[1, j].argmax() == tokens[1, j + 1] for j in (1, 2))
+    assert float(acc) == pytest.approx((1 + row1_right) / 2)
+    # `scored` picks the positions the accuracy reads (weights still weigh the loss)
+    scored = np.array([[0, 1, 1, 0], [0, 0, 0, 0]], bool)
+    _, acc = next_token_loss(jnp.asarray(logits), jnp.asarray(tokens), jnp.asarray(weights),
+                             scored=jnp.asarray(scored))  # fmt: skip
+    assert float(acc) == 1.0

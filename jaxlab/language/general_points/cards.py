@@ -53,6 +53,7 @@ __all__ = [
     "canonical_mask",
     "card_numbers",
     "device_tables",
+    "face_numbers",
     "formula_table",
     "hand_index",
     "id_split",
@@ -84,6 +85,14 @@ def card_numbers(ranks, rule: str):
     if rule == "ood":
         return ranks
     return jnp.minimum(ranks, 10) if isinstance(ranks, jax.Array) else np.minimum(ranks, 10)
+
+
+def face_numbers(ranks, face_values):
+    """The numbers of ``ranks [B, 4]`` (JAX ints 1..13) under any stated rule: J, Q, K count as
+    ``face_values [B, 3]`` (their numbers, e.g. 10, 10, 10 or 11, 12, 13), every other card as
+    its rank. Traceable."""
+    fv = jnp.broadcast_to(jnp.asarray(face_values, jnp.int32), (ranks.shape[0], 3))
+    return jnp.where(ranks >= 11, jnp.take_along_axis(fv, jnp.clip(ranks - 11, 0, 2), 1), ranks)
 
 
 # ---- the formula table -------------------------------------------------------------------------

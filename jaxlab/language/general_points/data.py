@@ -79,7 +79,7 @@ def sample_p1(key, n: int) -> Sequences:
     k1, k2 = jax.random.split(key)
     ranks = jax.random.randint(k1, (n, 4), 1, 14)
     fv = jax.random.randint(k2, (n, 3), 1, 14)
-    numbers = jnp.where(ranks >= 11, jnp.take_along_axis(fv, jnp.clip(ranks - 11, 0, 2), 1), ranks)
+    numbers = C.face_numbers(ranks, fv)
     head = T.gp_prompt(ranks, fv)[:, : T.GP_PROMPT_LEN - 3]  # BOS RULE .. CARDS c1..c4
     prompt = jnp.concatenate([head, _col(n, T.T_TRANSLATE)], axis=1)
     response = jnp.concatenate([_col(n, T.NUM), T.number_token(numbers), _col(n, T.EOS)], axis=1)

@@ -31,7 +31,7 @@ from jaxlab.core import checkpoint
 from jaxlab.core.checks import check_choice, check_int, check_key, check_scalar
 from jaxlab.core.nn import MLP, Transformer
 from jaxlab.core.sharding import constrain_batch
-from jaxlab.core.training import TrainState, all_finite, chunked_runner
+from jaxlab.core.training import TrainState, all_finite, chunked_runner, next_token_loss
 from jaxlab.language.general_points import cards as C
 from jaxlab.language.general_points import data as D
 from jaxlab.language.general_points import tokens as T
@@ -132,12 +132,7 @@ def sequence_loss(lm: Transformer, lm_params, seqs: D.Sequences):
     accuracy)``."""
     tokens = seqs.tokens
     logits = lm.apply(lm_params, tokens, mask=tokens != T.PAD)
-    targets = tokens[:, 1:]
-    w = seqs.loss_mask[:, 1:]
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], targets)
-    loss = jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
-    right = (jnp.argmax(logits[:, :-1], -1) == targets) | (w == 0)
-    return loss, jnp.mean(jnp.all(right, axis=1).astype(jnp.float32))
+    return next_token_loss(logits, tokens, seqs.loss_mask)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -144,7 +144,7 @@ def rollout(
     lm = policy.lm
     e = ranks.shape[0]
     fv = jnp.broadcast_to(jnp.asarray(face_values, jnp.int32), (e, 3))
-    numbers = jnp.where(ranks >= 11, jnp.take_along_axis(fv, jnp.clip(ranks - 11, 0, 2), 1), ranks)
+    numbers = C.face_numbers(ranks, fv)
     prompt = T.gp_prompt(ranks, fv)
     n_slots = sequence_length(viter)
     dtype = jax.tree_util.tree_leaves(params)[0].dtype

@@ -40,7 +40,7 @@ from jaxlab.core import checkpoint
 from jaxlab.core.checks import check_bool, check_choice, check_int, check_key, check_scalar
 from jaxlab.core.nn import Transformer
 from jaxlab.core.sharding import constrain_batch
-from jaxlab.core.training import TrainState, all_finite, chunked_runner
+from jaxlab.core.training import TrainState, all_finite, chunked_runner, next_token_loss
 from jaxlab.language.retrieval_heads import data as D
 
 __all__ = [
@@ -225,14 +225,9 @@ def sequence_loss(
     tokens right). ``positions``: ``[B, T]`` (float) RoPE positions, default ``arange(T)``."""
     tokens = batch.tokens
     logits = model.apply(params, tokens, mask=D.key_mask(tokens), positions=positions)
-    targets = tokens[:, 1:]
-    ce = optax.softmax_cross_entropy_with_integer_labels(logits[:, :-1], targets)
-    answer = batch.loss_mask[:, 1:]
-    other = (targets != D.PAD).astype(jnp.float32) * (1.0 - answer)
-    w = answer + lm_weight * other
-    loss = jnp.sum(ce * w) / jnp.maximum(jnp.sum(w), 1.0)
-    right = (jnp.argmax(logits[:, :-1], -1) == targets) | (answer == 0)
-    return loss, jnp.mean(jnp.all(right, axis=1).astype(jnp.float32))
+    answer = batch.loss_mask
+    other = (tokens != D.PAD).astype(jnp.float32) * (1.0 - answer)
+    return next_token_loss(logits, tokens, answer + lm_weight * other, scored=answer > 0)
 
 
 @struct.dataclass
